@@ -1,0 +1,287 @@
+/*
+ * kvcompress.h -- public API of libkvcompress.
+ *
+ * One operation: the DeepSeek-V4-style KV-cache compression step.  For every
+ * output (a "boundary" token that closes a window of C = compress_ratio
+ * tokens) the C rows of a paged fp32 state cache are reduced by a
+ * per-dimension softmax-weighted sum, RMS-normalised, quantised and written as
+ * one 584-byte slot of a paged KV cache.  The byte contract is docs/FORMAT.md
+ * (written from the project's SPEC); every backend produces identical bytes.
+ *
+ * Conventions
+ *  - All sizes, strides and indices are int64_t.  Strides are in ELEMENTS of
+ *    the tensor's own dtype (bytes for kv_cache).  A stride of 0 means "the
+ *    contiguous stride" (see kvc_args).
+ *  - Functions return a kvc_status.  On error, kvc_last_error_message() gives
+ *    a message for the calling thread naming the argument, index and value.
+ *  - Nothing in the library exits, aborts or asserts.
+ *
+ * Thread safety: every function may be called concurrently from several
+ * threads; error messages are per thread.
+ */
+#ifndef KVCOMPRESS_H
+#define KVCOMPRESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Version                                                                   */
+/* ------------------------------------------------------------------------ */
+#define KVC_VERSION_MAJOR 0
+#define KVC_VERSION_MINOR 1
+#define KVC_VERSION_PATCH 0
+#define KVC_VERSION_NUMBER \
+    (KVC_VERSION_MAJOR * 10000 + KVC_VERSION_MINOR * 100 + KVC_VERSION_PATCH)
+#define KVC_VERSION_STRING "0.1.0"
+
+/* Bytes of one compressed slot: 448 NOPE + 128 RoPE + 8 scale bytes. */
+#define KVC_SLOT_BYTES 584
+#define KVC_PAYLOAD_BYTES 576
+#define KVC_SCALE_BYTES 8
+#define KVC_HEAD_DIM 512
+#define KVC_NOPE_DIM 448
+#define KVC_ROPE_DIM 64
+
+#if defined(_WIN32) && defined(KVC_BUILDING_SHARED)
+#define KVC_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define KVC_API __attribute__((visibility("default")))
+#else
+#define KVC_API
+#endif
+
+/**
+ * kvc_version_number() -- runtime version, KVC_VERSION_NUMBER of the library
+ * actually linked.  @return e.g. 100 for 0.1.0.
+ */
+KVC_API unsigned kvc_version_number(void);
+/** kvc_version_string() -- @return "MAJOR.MINOR.PATCH" of the linked library. */
+KVC_API const char *kvc_version_string(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status codes.  Values are pinned: they never change between versions.     */
+/* ------------------------------------------------------------------------ */
+typedef enum kvc_status {
+    KVC_OK = 0,
+    KVC_ERROR_GENERIC = 1,              /* unexpected internal failure         */
+    KVC_ERROR_NULL_POINTER = 2,         /* a required pointer is NULL          */
+    KVC_ERROR_BAD_SHAPE = 3,            /* a size or stride is out of range    */
+    KVC_ERROR_BAD_PARAMETER = 4,        /* ratio, block size, eps, enum value  */
+    KVC_ERROR_INDEX_OUT_OF_RANGE = 5,   /* an index VALUE inside a tensor      */
+    KVC_ERROR_DUPLICATE_SLOT = 6,       /* two outputs write the same slot     */
+    KVC_ERROR_BACKEND_UNAVAILABLE = 7,  /* backend not compiled in / no device */
+    KVC_ERROR_OUT_OF_MEMORY = 8,        /* host or device allocation failed    */
+    KVC_ERROR_DEVICE = 9,               /* CUDA / OpenCL runtime error         */
+    KVC_ERROR_MAX_CODE = 10             /* not a status; one past the last     */
+} kvc_status;
+
+/**
+ * kvc_status_string() -- short fixed name of a status ("KVC_ERROR_BAD_SHAPE").
+ * @return a static string; "unknown kvc_status" for values out of range.
+ */
+KVC_API const char *kvc_status_string(kvc_status status);
+
+/**
+ * kvc_last_error_message() -- detailed message of the last error raised on
+ * the CALLING THREAD, e.g.
+ *   "positions[boundary_token_indices[17]] = 3 < compress_ratio - 1 = 127".
+ * @return a thread-local string, valid until the next library call on this
+ *         thread; "" when the last call succeeded.
+ */
+KVC_API const char *kvc_last_error_message(void);
+
+/* ------------------------------------------------------------------------ */
+/* Engine format settings (SPEC section 7).  Zero = the statement's format.  */
+/* ------------------------------------------------------------------------ */
+typedef enum kvc_nope_format {
+    KVC_NOPE_INT8 = 0,     /* 448 int8, power-of-two scale per 64 dims      */
+    KVC_NOPE_FP8_E4M3 = 1  /* 448 e4m3fn bytes, same scale bytes            */
+} kvc_nope_format;
+
+typedef enum kvc_overlap {
+    KVC_OVERLAP_OFF = 0,   /* window = the C rows ending at the boundary     */
+    KVC_OVERLAP_ON = 1     /* 2C half-rows, state row 2048 floats (CSA, C=4) */
+} kvc_overlap;
+
+typedef enum kvc_cos_sin_layout {
+    KVC_COS_SIN_SPLIT = 0,       /* row: 32 cos then 32 sin                  */
+    KVC_COS_SIN_INTERLEAVED = 1  /* row: cos_0 sin_0 cos_1 sin_1 ...         */
+} kvc_cos_sin_layout;
+
+/* ------------------------------------------------------------------------ */
+/* Arguments: every tensor of the operation, as pointer + sizes + strides.   */
+/* Initialise with kvc_args_init(), then set what you have.                  */
+/* ------------------------------------------------------------------------ */
+typedef struct kvc_args {
+    /* state_cache: [num_blocks][block_size][state_width] float32.
+     * state_width must be 1024 (overlap off) or 2048 (overlap on); the last
+     * dimension is contiguous.  Strides in floats; 0 = contiguous
+     * (stride_token = state_width, stride_block = block_size * stride_token). */
+    const float *state_cache;
+    int64_t num_blocks;
+    int64_t block_size;
+    int64_t state_width;
+    int64_t state_stride_block;
+    int64_t state_stride_token;
+
+    /* token_to_req: [num_tokens] int32, contiguous.  Request of each token. */
+    const int32_t *token_to_req;
+    /* positions: [num_tokens] int64, contiguous.  Position inside request.  */
+    const int64_t *positions;
+    /* kv_slot_mapping: [num_tokens] int64, contiguous.  Destination slot of
+     * each token; read at boundary tokens only; < 0 = padding (skipped).    */
+    const int64_t *kv_slot_mapping;
+    int64_t num_tokens;
+
+    /* boundary_token_indices: [num_outputs] int64, contiguous.  One output
+     * per entry, in any order.                                              */
+    const int64_t *boundary_token_indices;
+    int64_t num_outputs;
+
+    /* block_table: [num_reqs][blocks_per_req] int32; row stride in int32
+     * elements, 0 = blocks_per_req.  Logical -> physical state block.       */
+    const int32_t *block_table;
+    int64_t num_reqs;
+    int64_t blocks_per_req;
+    int64_t block_table_stride;
+
+    /* rms_norm_weight: [512] bfloat16, raw bits, contiguous.                */
+    const uint16_t *rms_norm_weight;
+
+    /* cos_sin_cache: [max_pos][64] float32; row stride in floats, 0 = 64.   */
+    const float *cos_sin_cache;
+    int64_t max_pos;
+    int64_t cos_sin_stride;
+
+    /* kv_cache: [num_pages][page_stride] uint8, written IN PLACE: only the
+     * 584 bytes of each written slot change.  page_stride >= 584 *
+     * kv_block_size; 0 = exactly 584 * kv_block_size.                      */
+    uint8_t *kv_cache;
+    int64_t num_pages;
+    int64_t page_stride;
+    int64_t kv_block_size;   /* slots per page, >= 1 (statement: 64)      */
+
+    int64_t compress_ratio;  /* C >= 1                                      */
+    float rms_norm_eps;      /* finite, >= 0; kvc_args_init sets 1e-6       */
+
+    kvc_nope_format nope_format;
+    kvc_overlap overlap;
+    kvc_cos_sin_layout cos_sin_layout;
+} kvc_args;
+
+/**
+ * kvc_args_init() -- zero every field, then set the defaults: state_width
+ * 1024, kv_block_size 64, rms_norm_eps 1e-6, INT8, overlap off, SPLIT.
+ * @param args  struct to initialise (NULL is ignored).
+ */
+KVC_API void kvc_args_init(kvc_args *args);
+
+/* ------------------------------------------------------------------------ */
+/* Execution                                                                 */
+/* ------------------------------------------------------------------------ */
+typedef enum kvc_backend {
+    KVC_BACKEND_AUTO = 0,   /* CUDA if state_cache is CUDA device memory,
+                               else CPU                                     */
+    KVC_BACKEND_CPU = 1,
+    KVC_BACKEND_CUDA = 2,
+    KVC_BACKEND_OPENCL = 3
+} kvc_backend;
+
+/**
+ * Device-side status word (GPU backends).  Lives in device memory; the
+ * library resets it at the start of every call (in stream order) and the
+ * kernel records the first device-side index error into it.  Read it with
+ * kvc_cuda_read_status() after the stream has reached the call.
+ */
+typedef struct kvc_device_status {
+    int32_t status;          /* kvc_status of the first recorded error, 0 = none */
+    int32_t check;           /* which check failed, see kvc_check_string()      */
+    int64_t output;          /* output index o of that error                   */
+    int64_t value;           /* the offending value                            */
+    int64_t outputs_written;
+    int64_t outputs_padding;
+    int64_t outputs_nonfinite;
+    int64_t outputs_invalid; /* outputs skipped because of an index error     */
+} kvc_device_status;
+
+typedef struct kvc_exec {
+    kvc_backend backend;
+    int num_threads;     /* CPU: worker threads, 0 = all online cores        */
+    void *stream;        /* CUDA: cudaStream_t (NULL = legacy default stream);
+                            OpenCL: cl_command_queue (required)              */
+    int device;          /* CUDA device ordinal, -1 = the current device     */
+    kvc_device_status *device_status; /* GPU: optional caller-owned device
+                            memory for the status word; NULL = the library's
+                            own per-device word                              */
+} kvc_exec;
+
+/** kvc_exec_init() -- AUTO backend, all threads, default stream, device -1. */
+KVC_API void kvc_exec_init(kvc_exec *exec);
+
+/** What one call did. */
+typedef struct kvc_report {
+    int64_t outputs_written;   /* slots written (finite or non-finite)      */
+    int64_t outputs_padding;   /* outputs skipped because the slot was < 0  */
+    int64_t outputs_nonfinite; /* slots written as non-finite (NaN slot)    */
+    int device_async;          /* 1: GPU backend, counts above are -1; read
+                                  them with kvc_cuda_read_status()          */
+} kvc_report;
+
+/**
+ * kvc_compress() -- run the operation.
+ *
+ * @param args    the tensors; validated first (see kvc_validate()).
+ * @param exec    where to run; NULL = kvc_exec_init() defaults.
+ * @param report  optional (NULL allowed): what was written.
+ * @return KVC_OK, or an error status (message: kvc_last_error_message()).
+ *
+ * CPU backend: every check runs before anything is written; on error
+ * kv_cache is untouched.  Outputs sharing a slot are refused.
+ * GPU backends: shapes and strides are checked on the host; index values
+ * are checked by the kernel, which skips a bad output and records the first
+ * error in the device status word; all other outputs are still written.
+ * Outputs sharing a slot are not detected on the GPU: the slot then holds
+ * the bytes of one of them (which one is unspecified) -- or a mix of
+ * them, so callers must not rely on it.
+ */
+KVC_API kvc_status kvc_compress(const kvc_args *args, const kvc_exec *exec,
+                                kvc_report *report);
+
+/**
+ * kvc_validate() -- every check of the contract on host-resident arguments
+ * (shapes, strides, parameters and every index value), writing nothing.
+ * @return KVC_OK or the status of the first failing check.
+ * @note reads the index tensors: they must be host memory.
+ */
+KVC_API kvc_status kvc_validate(const kvc_args *args);
+
+/** Names the device-side check numbers stored in kvc_device_status.check. */
+KVC_API const char *kvc_check_string(int check);
+
+/**
+ * kvc_backend_available() -- @return 1 if the backend is compiled in and has
+ * a usable device now, else 0.  AUTO and CPU always return 1.
+ */
+KVC_API int kvc_backend_available(kvc_backend backend);
+
+/** kvc_cpu_default_threads() -- @return the thread count num_threads=0 uses. */
+KVC_API int kvc_cpu_default_threads(void);
+
+/**
+ * kvc_cuda_read_status() -- wait for `exec->stream`, then copy the device
+ * status word of the last call on this device (or exec->device_status) to
+ * `out`.  @return KVC_OK, KVC_ERROR_BACKEND_UNAVAILABLE without CUDA, or
+ * KVC_ERROR_DEVICE.  Synchronises the stream: call it when you choose to.
+ */
+KVC_API kvc_status kvc_cuda_read_status(const kvc_exec *exec,
+                                        kvc_device_status *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVCOMPRESS_H */

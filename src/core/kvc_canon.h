@@ -1,0 +1,340 @@
+/*
+ * kvc_canon.h -- the canonical arithmetic of the contract (SPEC section 3),
+ * shared by every backend: compiled as C11 (CPU backend), CUDA C (device and
+ * host) and OpenCL C.  Every float operation below is one correctly rounded
+ * binary32 operation, in the order the contract fixes:
+ *
+ *   - no contraction: C is built with -ffp-contract=off, CUDA uses the _rn
+ *     intrinsics (which are never fused), OpenCL sets FP_CONTRACT OFF;
+ *   - division and square root correctly rounded (OpenCL: build option
+ *     -cl-fp32-correctly-rounded-divide-sqrt);
+ *   - no flush-to-zero, no fast-math anywhere.
+ *
+ * Nothing here allocates, branches on data in a way that depends on the
+ * backend, or touches memory other than what the caller passes.
+ */
+#ifndef KVC_CANON_H
+#define KVC_CANON_H
+
+/* ---- portability layer ------------------------------------------------- */
+#if defined(__OPENCL_VERSION__)
+#pragma OPENCL FP_CONTRACT OFF
+#define KVC_FN static inline
+typedef uint kvc_u32;
+typedef int kvc_i32;
+typedef long kvc_i64;
+typedef ushort kvc_u16;
+typedef uchar kvc_u8;
+#define KVC_BITS(f) as_uint(f)
+#define KVC_FLOAT(u) as_float(u)
+#define KVC_ADD(a, b) ((a) + (b))
+#define KVC_SUB(a, b) ((a) - (b))
+#define KVC_MUL(a, b) ((a) * (b))
+#define KVC_DIV(a, b) ((a) / (b))
+#define KVC_SQRT(a) sqrt(a)
+#elif defined(__CUDACC__)
+#define KVC_FN static __host__ __device__ __forceinline__
+typedef unsigned int kvc_u32;
+typedef int kvc_i32;
+typedef long long kvc_i64;
+typedef unsigned short kvc_u16;
+typedef unsigned char kvc_u8;
+#ifdef __CUDA_ARCH__
+#define KVC_BITS(f) __float_as_uint(f)
+#define KVC_FLOAT(u) __uint_as_float(u)
+#define KVC_ADD(a, b) __fadd_rn((a), (b))
+#define KVC_SUB(a, b) __fsub_rn((a), (b))
+#define KVC_MUL(a, b) __fmul_rn((a), (b))
+#define KVC_DIV(a, b) __fdiv_rn((a), (b))
+#define KVC_SQRT(a) __fsqrt_rn(a)
+#else
+#include <math.h>
+#include <string.h>
+KVC_FN kvc_u32 kvc_host_bits(float f) { kvc_u32 u; memcpy(&u, &f, 4); return u; }
+KVC_FN float kvc_host_float(kvc_u32 u) { float f; memcpy(&f, &u, 4); return f; }
+#define KVC_BITS(f) kvc_host_bits(f)
+#define KVC_FLOAT(u) kvc_host_float(u)
+#define KVC_ADD(a, b) ((a) + (b))
+#define KVC_SUB(a, b) ((a) - (b))
+#define KVC_MUL(a, b) ((a) * (b))
+#define KVC_DIV(a, b) ((a) / (b))
+#define KVC_SQRT(a) sqrtf(a)
+#endif
+#else /* plain C11 */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#define KVC_FN static inline
+typedef uint32_t kvc_u32;
+typedef int32_t kvc_i32;
+typedef int64_t kvc_i64;
+typedef uint16_t kvc_u16;
+typedef uint8_t kvc_u8;
+KVC_FN kvc_u32 kvc_host_bits(float f) { kvc_u32 u; memcpy(&u, &f, 4); return u; }
+KVC_FN float kvc_host_float(kvc_u32 u) { float f; memcpy(&f, &u, 4); return f; }
+#define KVC_BITS(f) kvc_host_bits(f)
+#define KVC_FLOAT(u) kvc_host_float(u)
+#define KVC_ADD(a, b) ((a) + (b))
+#define KVC_SUB(a, b) ((a) - (b))
+#define KVC_MUL(a, b) ((a) * (b))
+#define KVC_DIV(a, b) ((a) / (b))
+#define KVC_SQRT(a) sqrtf(a)
+#endif
+
+/* ---- constants (exact hex values of the contract) ---------------------- */
+#define KVC_SEG 8                       /* tokens per reduction segment     */
+#define KVC_NEG_INF KVC_FLOAT(0xFF800000u)
+#define KVC_EXP_CUTOFF (-0x1.5cp+6f)    /* -87.0f                            */
+#define KVC_LOG2E 0x1.715476p+0f
+#define KVC_ROUND_MAGIC 0x1.8p+23f      /* 1.5 * 2^23                        */
+#define KVC_LN2_HI 0x1.62e400p-1f
+#define KVC_LN2_LO 0x1.7f7d1cp-20f
+#define KVC_AMAX_FLOOR 0x1.a36e2ep-14f  /* 1e-4f                             */
+#define KVC_INV127 0x1.020408p-7f       /* 1/127 rounded to binary32         */
+#define KVC_FP8_MAX 448.0f
+#define KVC_INV512 0x1p-9f
+#define KVC_BF16_QNAN 0x7FC0u
+
+/* ---- scalar building blocks -------------------------------------------- */
+
+/** NaN-propagating max: (a > b || a != a) ? a : b. */
+KVC_FN float kvc_max(float a, float b) { return (a > b || a != a) ? a : b; }
+
+/** 1 when f is NaN or +-Inf. */
+KVC_FN int kvc_nonfinite(float f) {
+    return (KVC_BITS(f) & 0x7F800000u) == 0x7F800000u;
+}
+
+/**
+ * Canonical exp for the x <= 0 arguments of the reduction (SPEC 3).
+ * Written without early returns so that vectorising compilers and GPUs run
+ * one straight path; the result equals the contract's branchy form.
+ */
+KVC_FN float kvc_exp(float x) {
+    float m = KVC_ADD(KVC_MUL(x, KVC_LOG2E), KVC_ROUND_MAGIC);
+    float k = KVC_SUB(m, KVC_ROUND_MAGIC);
+    float r = KVC_SUB(KVC_SUB(x, KVC_MUL(k, KVC_LN2_HI)), KVC_MUL(k, KVC_LN2_LO));
+    float q = 0x1.6c16c2p-10f;
+    q = KVC_ADD(KVC_MUL(q, r), 0x1.111112p-7f);
+    q = KVC_ADD(KVC_MUL(q, r), 0x1.555556p-5f);
+    q = KVC_ADD(KVC_MUL(q, r), 0x1.555556p-3f);
+    q = KVC_ADD(KVC_MUL(q, r), 0x1.000000p-1f);
+    q = KVC_ADD(KVC_MUL(q, r), 1.0f);
+    q = KVC_ADD(KVC_MUL(q, r), 1.0f);
+    /* 2^k from the bits of m; only meaningful for -87 <= x <= 0 and masked
+     * below otherwise (the unsigned arithmetic is defined for any m). */
+    kvc_u32 eb = ((KVC_BITS(m) - 0x4B400000u) + 127u) << 23;
+    float res = KVC_MUL(q, KVC_FLOAT(eb));
+    res = (x < KVC_EXP_CUTOFF) ? 0.0f : res;
+    return (x != x) ? x : res;
+}
+
+/**
+ * Segment / tree state of the online softmax, one dimension:
+ * (max, denominator, numerator).  Merge B (right) into A (left) in place.
+ */
+KVC_FN void kvc_merge(float *mA, float *dA, float *nA, float mB, float dB, float nB) {
+    float m = kvc_max(*mA, mB);
+    float fA = kvc_exp(KVC_SUB(*mA, m));
+    float fB = kvc_exp(KVC_SUB(mB, m));
+    float d = KVC_ADD(KVC_MUL(*dA, fA), KVC_MUL(dB, fB));
+    float n = KVC_ADD(KVC_MUL(*nA, fA), KVC_MUL(nB, fB));
+    int dead = (m == KVC_NEG_INF);
+    *mA = m;
+    *dA = dead ? 0.0f : d;
+    *nA = dead ? 0.0f : n;
+}
+
+/**
+ * Segment reduction (SPEC 3), one dimension, rows in token order:
+ *   m = max over the segment's scores (kvc_max, first row first);
+ *   then for each row: kvc_seg_step(m, s_i, v_i, &den, &num);
+ *   finally kvc_seg_close(m, &den, &num) (den = num = 0 if m == -Inf).
+ * Callers start with den = num = 0.
+ */
+KVC_FN void kvc_seg_step(float m, float s, float v, float *den, float *num) {
+    float e = kvc_exp(KVC_SUB(s, m));
+    *den = KVC_ADD(*den, e);
+    *num = KVC_ADD(*num, KVC_MUL(e, v));
+}
+KVC_FN void kvc_seg_close(float m, float *den, float *num) {
+    int dead = (m == KVC_NEG_INF);
+    *den = dead ? 0.0f : *den;
+    *num = dead ? 0.0f : *num;
+}
+
+/** Largest power of two strictly below n (n >= 2): the tree's split point. */
+KVC_FN kvc_i64 kvc_tree_split(kvc_i64 n) {
+    kvc_i64 p = 1;
+    while (p * 2 < n) p *= 2;
+    return p;
+}
+
+/** Number of 8-row segments of a window of `rows` rows. */
+KVC_FN kvc_i64 kvc_num_segments(kvc_i64 rows) { return (rows + KVC_SEG - 1) / KVC_SEG; }
+
+/** bf16 round-to-nearest-even of a binary32, as bits.  NaN -> 0x7FC0. */
+KVC_FN kvc_u16 kvc_bf16_bits(float f) {
+    kvc_u32 u = KVC_BITS(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (kvc_u16)KVC_BF16_QNAN;
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (kvc_u16)(u >> 16);
+}
+KVC_FN float kvc_bf16_to_f32(kvc_u16 h) { return KVC_FLOAT(((kvc_u32)h) << 16); }
+KVC_FN float kvc_bf16_round(float f) { return kvc_bf16_to_f32(kvc_bf16_bits(f)); }
+
+/** Exact ceil(log2(p)) for a positive normal binary32 p. */
+KVC_FN int kvc_ceil_log2(float p) {
+    kvc_u32 u = KVC_BITS(p);
+    int e = (int)((u >> 23) & 0xFFu) - 127;
+    return e + ((u & 0x7FFFFFu) != 0u ? 1 : 0);
+}
+
+/** 2^e as a binary32, for -126 <= e <= 127. */
+KVC_FN float kvc_pow2(int e) { return KVC_FLOAT((kvc_u32)(e + 127) << 23); }
+
+/**
+ * Group exponent e of a quantisation group from its bf16 amax:
+ * INT8: e = ceil_log2(max(amax, 1e-4) * (1/127));
+ * FP8 : e = ceil_log2(max(amax, 1e-4) / 448).   Scale byte = e + 127.
+ */
+KVC_FN int kvc_group_exponent(float amax, int fp8) {
+    float a = kvc_max(amax, KVC_AMAX_FLOOR);
+    float p = fp8 ? KVC_DIV(a, KVC_FP8_MAX) : KVC_MUL(a, KVC_INV127);
+    return kvc_ceil_log2(p);
+}
+
+/** INT8 code: trunc(clamp(z * 2^-e, -127, 127)) as a two's-complement byte. */
+KVC_FN kvc_u8 kvc_int8_code(float z, float inv_scale) {
+    float v = KVC_MUL(z, inv_scale);
+    v = v > 127.0f ? 127.0f : v;
+    v = v < -127.0f ? -127.0f : v;
+    return (kvc_u8)(kvc_i32)v; /* C conversion truncates toward zero */
+}
+
+/** e4m3fn code of v (|v| <= 448), round to nearest even, sign kept. */
+KVC_FN kvc_u8 kvc_e4m3_code(float v) {
+    kvc_u32 u = KVC_BITS(v);
+    kvc_u32 sign = (u >> 24) & 0x80u;
+    kvc_u32 a = u & 0x7FFFFFFFu;
+    kvc_u32 code;
+    if (a < 0x3C800000u) { /* |v| < 2^-6: subnormal range, quantum 2^-9 */
+        float s = KVC_MUL(KVC_FLOAT(a), 512.0f);             /* exact        */
+        float n = KVC_SUB(KVC_ADD(s, KVC_ROUND_MAGIC), KVC_ROUND_MAGIC); /* RNE */
+        code = (kvc_u32)(kvc_i32)n; /* 0..8; 8 is the smallest normal code */
+    } else {
+        a += 0x7FFFFu + ((a >> 20) & 1u); /* round mantissa to 3 bits, RNE */
+        a &= ~0xFFFFFu;
+        code = ((((a >> 23) & 0xFFu) - 127u + 7u) << 3) | ((a >> 20) & 7u);
+    }
+    return (kvc_u8)(sign | code);
+}
+
+/** NOPE byte of z in a group with exponent e (clamps as the contract says). */
+KVC_FN kvc_u8 kvc_nope_code(float z, int e, int fp8) {
+    float inv = kvc_pow2(-e);
+    if (!fp8) return kvc_int8_code(z, inv);
+    float v = KVC_MUL(z, inv);
+    v = v > KVC_FP8_MAX ? KVC_FP8_MAX : v;
+    v = v < -KVC_FP8_MAX ? -KVC_FP8_MAX : v;
+    return kvc_e4m3_code(v);
+}
+
+/** rr = 1 / sqrt(ss / 512 + eps). */
+KVC_FN float kvc_rms_scale(float ss, float eps) {
+    return KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(ss, KVC_INV512), eps)));
+}
+
+/** y = (c * rr) * w. */
+KVC_FN float kvc_rms_apply(float c, float rr, float w) {
+    return KVC_MUL(KVC_MUL(c, rr), w);
+}
+
+/** Interleaved RoPE of the pair (u, v): u' = u cos - v sin, w' = v cos + u sin. */
+KVC_FN void kvc_rope(float u, float v, float c, float s, float *uo, float *wo) {
+    *uo = KVC_SUB(KVC_MUL(u, c), KVC_MUL(v, s));
+    *wo = KVC_ADD(KVC_MUL(v, c), KVC_MUL(u, s));
+}
+
+/** 1 if bf16 bits are +-Inf or NaN. */
+KVC_FN int kvc_bf16_nonfinite(kvc_u16 h) { return (h & 0x7F80u) == 0x7F80u; }
+
+/* ---- whole-slot finaliser (C and CUDA; OpenCL has its own parallel one) -- */
+#if !defined(__OPENCL_VERSION__)
+
+/** Write the non-finite slot (SPEC 2.4). */
+KVC_FN void kvc_write_nonfinite_slot(kvc_u8 *payload, kvc_u8 *scales) {
+    for (int i = 0; i < 448; i++) payload[i] = 0;
+    for (int j = 0; j < 64; j++) {
+        payload[448 + 2 * j] = (kvc_u8)(KVC_BF16_QNAN & 0xFFu);
+        payload[448 + 2 * j + 1] = (kvc_u8)(KVC_BF16_QNAN >> 8);
+    }
+    for (int g = 0; g < 7; g++) scales[g] = 0xFF;
+    scales[7] = 0;
+}
+
+/**
+ * Finalise one output: from c[512] (the reduced window) to the 576 payload
+ * bytes and 8 scale bytes.  `cs` points at the cos/sin row; cos_j is
+ * cs[j * cos_step] ... see kvc_cos_index.  Uses y[512] scratch from caller.
+ * @return 1 if the slot was written as non-finite, else 0.
+ */
+KVC_FN int kvc_finalize_slot(const float *c, float *y, const kvc_u16 *w,
+                             const float *cs, int interleaved, float eps, int fp8,
+                             kvc_u8 *payload, kvc_u8 *scales) {
+    int bad = 0;
+    /* RMSNorm: balanced pairwise sum of c_d^2 over 512 leaves (y as scratch). */
+    for (int d = 0; d < 512; d++) {
+        bad |= kvc_nonfinite(c[d]);
+        y[d] = KVC_MUL(c[d], c[d]);
+    }
+    for (int n = 512; n > 1; n >>= 1)
+        for (int i = 0; i < n / 2; i++) y[i] = KVC_ADD(y[2 * i], y[2 * i + 1]);
+    float rr = kvc_rms_scale(y[0], eps);
+    for (int d = 0; d < 512; d++) {
+        y[d] = kvc_rms_apply(c[d], rr, kvc_bf16_to_f32(w[d]));
+        bad |= kvc_nonfinite(y[d]);
+    }
+    /* RoPE on dims 448..511. */
+    kvc_u16 rope[64];
+    for (int j = 0; j < 32; j++) {
+        float cj = interleaved ? cs[2 * j] : cs[j];
+        float sj = interleaved ? cs[2 * j + 1] : cs[32 + j];
+        float uo, wo;
+        kvc_rope(y[448 + 2 * j], y[449 + 2 * j], cj, sj, &uo, &wo);
+        bad |= kvc_nonfinite(uo) | kvc_nonfinite(wo);
+        rope[2 * j] = kvc_bf16_bits(uo);
+        rope[2 * j + 1] = kvc_bf16_bits(wo);
+        bad |= kvc_bf16_nonfinite(rope[2 * j]) | kvc_bf16_nonfinite(rope[2 * j + 1]);
+    }
+    /* bf16 of the NOPE dims (in place) and per-group exponents. */
+    int ex[7];
+    for (int g = 0; g < 7; g++) {
+        float amax = 0.0f;
+        for (int d = 64 * g; d < 64 * g + 64; d++) {
+            kvc_u16 h = kvc_bf16_bits(y[d]);
+            bad |= kvc_bf16_nonfinite(h);
+            y[d] = kvc_bf16_to_f32(h);
+            float a = y[d] < 0.0f ? -y[d] : y[d];
+            amax = kvc_max(amax, a);
+        }
+        ex[g] = kvc_group_exponent(amax, fp8);
+    }
+    if (bad) {
+        kvc_write_nonfinite_slot(payload, scales);
+        return 1;
+    }
+    for (int g = 0; g < 7; g++) {
+        for (int d = 64 * g; d < 64 * g + 64; d++) payload[d] = kvc_nope_code(y[d], ex[g], fp8);
+        scales[g] = (kvc_u8)(ex[g] + 127);
+    }
+    scales[7] = 0;
+    for (int j = 0; j < 64; j++) {
+        payload[448 + 2 * j] = (kvc_u8)(rope[j] & 0xFFu);
+        payload[449 + 2 * j] = (kvc_u8)(rope[j] >> 8);
+    }
+    return 0;
+}
+#endif /* !OpenCL */
+
+#endif /* KVC_CANON_H */

@@ -1,0 +1,60 @@
+/*
+ * kvc_internal.h -- what the core shares with the backends (not installed).
+ */
+#ifndef KVC_INTERNAL_H
+#define KVC_INTERNAL_H
+
+#include "kvcompress.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define KVC_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define KVC_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define KVC_PRINTF(a, b)
+#define KVC_HIDDEN
+#endif
+
+/** Record `status` with a printf-style message for this thread; @return status. */
+KVC_HIDDEN kvc_status kvc_fail(kvc_status status, const char *fmt, ...) KVC_PRINTF(2, 3);
+/** Clear this thread's message (start of every API call). */
+KVC_HIDDEN void kvc_clear_error(void);
+
+/**
+ * Check pointers, sizes, strides and parameters (no index values are read)
+ * and copy `in` to `out` with every 0 ("contiguous") stride made explicit.
+ */
+KVC_HIDDEN kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *out);
+
+/**
+ * Check every index value (host memory) of resolved args, including that no
+ * two outputs share a slot.  Counts padding outputs into *padding if not NULL.
+ */
+KVC_HIDDEN kvc_status kvc_check_indices(const kvc_args *a, int64_t *padding);
+
+/** Message for a failed per-output check (shared by host and device paths). */
+KVC_HIDDEN kvc_status kvc_fail_check(const kvc_args *a, int check, int64_t o,
+                                     int64_t value, int64_t aux);
+
+/* Backends: resolved, shape-checked args. */
+KVC_HIDDEN kvc_status kvc_cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep);
+
+#ifdef KVC_WITH_CUDA
+KVC_HIDDEN kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep);
+KVC_HIDDEN int kvc_cuda_available(void);
+KVC_HIDDEN int kvc_cuda_is_device_pointer(const void *p);
+KVC_HIDDEN kvc_status kvc_cuda_read_status_impl(const kvc_exec *e, kvc_device_status *out);
+#endif
+
+#ifdef KVC_WITH_OPENCL
+KVC_HIDDEN kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep);
+KVC_HIDDEN int kvc_opencl_available(void);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVC_INTERNAL_H */

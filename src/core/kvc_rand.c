@@ -1,0 +1,205 @@
+/* kvc_rand.c -- kvc-rand v1 (SPEC 5) and the case builder. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvc_canon.h"
+#include "kvc_internal.h"
+#include "kvcompress_rand.h"
+
+uint64_t kvc_rand_splitmix64(uint64_t x) {
+    uint64_t z = x + UINT64_C(0x9E3779B97F4A7C15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+static uint64_t rand_base(uint64_t seed, uint64_t stream) {
+    return kvc_rand_splitmix64(seed ^ (stream * UINT64_C(0xD1B54A32D192ED03)));
+}
+
+uint64_t kvc_rand_u64(uint64_t seed, uint64_t stream, uint64_t i) {
+    return kvc_rand_splitmix64(rand_base(seed, stream) + i);
+}
+
+static float f32_of(uint64_t u) { return (float)((int64_t)(u >> 40) - 8388608) * 0x1p-21f; }
+
+float kvc_rand_f32(uint64_t seed, uint64_t stream, uint64_t i) { return f32_of(kvc_rand_u64(seed, stream, i)); }
+
+uint64_t kvc_rand_checksum(const void *data, size_t bytes) {
+    const unsigned char *p = data;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < bytes; i += 8) {
+        uint64_t w = 0;
+        for (size_t k = 0; k < 8 && i + k < bytes; k++) w |= (uint64_t)p[i + k] << (8 * k);
+        sum += w;
+    }
+    return sum;
+}
+
+void kvc_case_free(kvc_case *c) {
+    if (!c) return;
+    free(c->state_cache);
+    free(c->token_to_req);
+    free(c->positions);
+    free(c->kv_slot_mapping);
+    free(c->boundary_token_indices);
+    free(c->block_table);
+    free(c->rms_norm_weight);
+    free(c->cos_sin_cache);
+    free(c->kv_cache);
+    memset(c, 0, sizeof *c);
+}
+
+typedef struct {
+    const kvc_case_params *p;
+    float *state;
+    size_t begin, end;
+    int64_t width;
+    float shifts[512];    /* value multiplier by column within a 512 half */
+    float score_mul;
+} fill_job;
+
+static void *fill_state(void *arg) {
+    const fill_job *j = arg;
+    const uint64_t base = rand_base(j->p->seed, 0);
+    const size_t half = (size_t)j->width / 2;
+    for (size_t n = j->begin; n < j->end; n++) {
+        float f = f32_of(kvc_rand_splitmix64(base + n));
+        size_t col = n % (size_t)j->width;
+        f = col >= half ? f * j->score_mul : f * j->shifts[col % 512];
+        j->state[n] = f;
+    }
+    return NULL;
+}
+
+kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *out) {
+    if (!out) return kvc_fail(KVC_ERROR_NULL_POINTER, "out = NULL");
+    memset(out, 0, sizeof *out);
+    if (!p) return kvc_fail(KVC_ERROR_NULL_POINTER, "params = NULL");
+    if (p->num_reqs < 1 || p->total_tokens < 1 || p->total_tokens % p->num_reqs != 0)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "total_tokens = %lld must be a positive multiple of num_reqs = %lld",
+                        (long long)p->total_tokens, (long long)p->num_reqs);
+    if (p->compress_ratio < 1 || p->block_size < 1 || p->kv_block_size < 0)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "compress_ratio, block_size must be >= 1, kv_block_size >= 0");
+    if (p->num_value_shifts < 0 || p->num_value_shifts > KVC_CASE_MAX_SHIFTS || p->num_poison < 0 ||
+        (p->num_poison > 0 && !p->poison))
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "bad value shift or poison list");
+
+    const int64_t R = p->num_reqs, per_req = p->total_tokens / R, bs = p->block_size, C = p->compress_ratio;
+    const int64_t bpr = (per_req + bs - 1) / bs, nblocks = R * bpr;
+    const int64_t width = p->overlap == KVC_OVERLAP_ON ? 2048 : 1024;
+    const int64_t S = p->kv_block_size ? p->kv_block_size : 64;
+    int64_t nout = 0;
+    for (int64_t k = 0; k < per_req; k++) nout += ((k + 1) % C == 0);
+    nout *= R;
+    const int64_t pages = (nout + S - 1) / S;
+
+    out->state_elems = (size_t)(nblocks * bs * width);
+    out->kv_cache_bytes = (size_t)(pages * S * KVC_SLOT_BYTES);
+    out->state_cache = malloc(out->state_elems * sizeof(float));
+    out->token_to_req = malloc((size_t)p->total_tokens * sizeof(int32_t));
+    out->positions = malloc((size_t)p->total_tokens * sizeof(int64_t));
+    out->kv_slot_mapping = malloc((size_t)p->total_tokens * sizeof(int64_t));
+    out->boundary_token_indices = malloc((size_t)(nout ? nout : 1) * sizeof(int64_t));
+    out->block_table = malloc((size_t)nblocks * sizeof(int32_t));
+    out->rms_norm_weight = malloc(512 * sizeof(uint16_t));
+    out->cos_sin_cache = malloc((size_t)per_req * 64 * sizeof(float));
+    out->kv_cache = calloc(out->kv_cache_bytes ? out->kv_cache_bytes : 1, 1);
+    if (!out->state_cache || !out->token_to_req || !out->positions || !out->kv_slot_mapping ||
+        !out->boundary_token_indices || !out->block_table || !out->rms_norm_weight || !out->cos_sin_cache ||
+        !out->kv_cache) {
+        kvc_case_free(out);
+        return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "no memory for a case of %lld tokens", (long long)p->total_tokens);
+    }
+
+    /* state cache, in parallel chunks (values do not depend on the split) */
+    int nt = threads > 0 ? threads : kvc_cpu_default_threads();
+    if (nt > 64) nt = 64;
+    fill_job jobs[64];
+    pthread_t tids[64];
+    for (int t = 0; t < nt; t++) {
+        fill_job *j = &jobs[t];
+        j->p = p;
+        j->state = out->state_cache;
+        j->width = width;
+        j->begin = out->state_elems * (size_t)t / (size_t)nt;
+        j->end = out->state_elems * (size_t)(t + 1) / (size_t)nt;
+        j->score_mul = kvc_pow2(p->score_shift);
+        for (int d = 0; d < 512; d++) j->shifts[d] = 1.0f;
+        for (int k = 0; k < p->num_value_shifts; k++)
+            for (int64_t d = p->value_shifts[k].lo; d < p->value_shifts[k].hi && d < 512; d++)
+                if (d >= 0) j->shifts[d] = kvc_pow2(p->value_shifts[k].shift);
+    }
+    int started = 0;
+    for (; started < nt - 1; started++)
+        if (pthread_create(&tids[started], NULL, fill_state, &jobs[started + 1]) != 0) break;
+    for (int t = started + 1; t < nt; t++) fill_state(&jobs[t]); /* threads that did not start */
+    fill_state(&jobs[0]);
+    for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
+
+    /* block table */
+    for (int64_t i = 0; i < nblocks; i++) out->block_table[i] = (int32_t)i;
+    if (p->shuffle)
+        for (int64_t i = nblocks - 1; i >= 1; i--) {
+            int64_t j = (int64_t)(kvc_rand_u64(p->seed, 1, (uint64_t)i) % (uint64_t)(i + 1));
+            int32_t tmp = out->block_table[i];
+            out->block_table[i] = out->block_table[j];
+            out->block_table[j] = tmp;
+        }
+    for (int d = 0; d < 512; d++)
+        out->rms_norm_weight[d] = kvc_bf16_bits(1.0f + kvc_rand_f32(p->seed, 2, (uint64_t)d) * 0x1p-4f);
+    for (int64_t n = 0; n < per_req * 64; n++) out->cos_sin_cache[n] = kvc_rand_f32(p->seed, 3, (uint64_t)n) * 0.25f;
+
+    int64_t o = 0;
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t k = 0; k < per_req; k++) {
+            int64_t t = r * per_req + k;
+            out->token_to_req[t] = (int32_t)r;
+            out->positions[t] = k;
+            out->kv_slot_mapping[t] = -1;
+            if ((k + 1) % C == 0) {
+                out->kv_slot_mapping[t] = o;
+                out->boundary_token_indices[o++] = t;
+            }
+        }
+
+    for (int i = 0; i < p->num_poison; i++) {
+        const kvc_case_poison *q = &p->poison[i];
+        if (q->req < 0 || q->req >= R || q->pos < 0 || q->pos >= per_req || q->col < 0 || q->col >= width) {
+            kvc_case_free(out);
+            return kvc_fail(KVC_ERROR_BAD_PARAMETER, "poison[%d] = (%lld, %lld, %lld) out of range", i,
+                            (long long)q->req, (long long)q->pos, (long long)q->col);
+        }
+        int64_t blk = out->block_table[q->req * bpr + q->pos / bs];
+        out->state_cache[(blk * bs + q->pos % bs) * width + q->col] = q->value;
+    }
+
+    kvc_args *a = &out->args;
+    kvc_args_init(a);
+    a->state_cache = out->state_cache;
+    a->num_blocks = nblocks;
+    a->block_size = bs;
+    a->state_width = width;
+    a->token_to_req = out->token_to_req;
+    a->positions = out->positions;
+    a->kv_slot_mapping = out->kv_slot_mapping;
+    a->num_tokens = p->total_tokens;
+    a->boundary_token_indices = out->boundary_token_indices;
+    a->num_outputs = nout;
+    a->block_table = out->block_table;
+    a->num_reqs = R;
+    a->blocks_per_req = bpr;
+    a->rms_norm_weight = out->rms_norm_weight;
+    a->cos_sin_cache = out->cos_sin_cache;
+    a->max_pos = per_req;
+    a->kv_cache = out->kv_cache;
+    a->num_pages = pages;
+    a->page_stride = S * KVC_SLOT_BYTES;
+    a->kv_block_size = S;
+    a->compress_ratio = C;
+    a->nope_format = p->nope_format;
+    a->overlap = p->overlap;
+    a->cos_sin_layout = p->cos_sin_layout;
+    return KVC_OK;
+}

@@ -1,0 +1,237 @@
+/*
+ * cpu_backend.c -- the CPU backend, the project's oracle.
+ *
+ * Validates everything first (nothing is written on error), then splits the
+ * outputs over worker threads.  Each worker streams the rows of a window
+ * once, 8 rows (one segment) at a time, reducing all 512 dimensions in
+ * lock-step loops the compiler vectorises; segment states are combined in
+ * the canonical tree order with a binary-counter stack, so scratch memory is
+ * O(log(C / 8) x 512) floats per thread, never proportional to outputs x C.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvc_canon.h"
+#include "kvc_check.h"
+#include "kvc_internal.h"
+
+#define D 512
+
+/* Optional per-function ISA clones: bytes never depend on the clone taken,
+ * because every operation is a correctly rounded IEEE operation. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(KVC_NO_TARGET_CLONES)
+#define KVC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KVC_CLONES
+#endif
+
+typedef struct {
+    float m[D], den[D], num[D];
+} seg_state;
+
+typedef struct {
+    const kvc_args *a;
+    atomic_llong next;
+    atomic_llong written, nonfinite;
+} cpu_job;
+
+static float g_masked_v[D];      /* a masked overlap row: value 0 ... */
+static float g_masked_s[D];      /* ... score -Inf                     */
+static pthread_once_t g_masked_once = PTHREAD_ONCE_INIT;
+static void init_masked(void) {
+    for (int d = 0; d < D; d++) g_masked_s[d] = -INFINITY;
+}
+
+int kvc_cpu_default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
+}
+
+/* Reduce one segment of n (1..8) rows into st. */
+KVC_CLONES
+static void seg_reduce(const float *const *vrow, const float *const *srow, int n, seg_state *restrict st) {
+    float *restrict m = st->m, *restrict den = st->den, *restrict num = st->num;
+    const float *restrict s0 = srow[0];
+    for (int d = 0; d < D; d++) {
+        m[d] = s0[d];
+        den[d] = 0.0f;
+        num[d] = 0.0f;
+    }
+    for (int i = 1; i < n; i++) {
+        const float *restrict si = srow[i];
+        for (int d = 0; d < D; d++) m[d] = kvc_max(m[d], si[d]);
+    }
+    for (int i = 0; i < n; i++) {
+        const float *restrict si = srow[i], *restrict vi = vrow[i];
+        for (int d = 0; d < D; d++) kvc_seg_step(m[d], si[d], vi[d], &den[d], &num[d]);
+    }
+    for (int d = 0; d < D; d++) kvc_seg_close(m[d], &den[d], &num[d]);
+}
+
+/* A = merge(A, B), all dimensions. */
+KVC_CLONES
+static void state_merge(seg_state *restrict A, const seg_state *restrict B) {
+    for (int d = 0; d < D; d++) kvc_merge(&A->m[d], &A->den[d], &A->num[d], B->m[d], B->den[d], B->num[d]);
+}
+
+KVC_CLONES
+static void state_result(const seg_state *restrict st, float *restrict c) {
+    for (int d = 0; d < D; d++) c[d] = KVC_DIV(st->num[d], st->den[d]);
+}
+
+/* Row of window row i (value and score pointers). */
+static void window_row(const kvc_args *a, const int32_t *table_row, int64_t p, int64_t i,
+                       const float **v, const float **s) {
+    const int64_t C = a->compress_ratio;
+    int64_t pos;
+    int half; /* 0: A columns (overlap rows < C), 1: B / normal columns */
+    if (a->overlap == KVC_OVERLAP_ON) {
+        if (i < C) {
+            pos = p - 2 * C + 1 + i;
+            half = 0;
+        } else {
+            pos = p - C + 1 + (i - C);
+            half = 1;
+        }
+        if (pos < 0) {
+            *v = g_masked_v;
+            *s = g_masked_s;
+            return;
+        }
+    } else {
+        pos = p - C + 1 + i;
+        half = 1;
+    }
+    const int64_t blk = table_row[pos / a->block_size];
+    const float *row = a->state_cache + blk * a->state_stride_block + (pos % a->block_size) * a->state_stride_token;
+    if (a->overlap == KVC_OVERLAP_ON) {
+        *v = row + (half ? 512 : 0);
+        *s = row + (half ? 1536 : 1024);
+    } else {
+        *v = row;
+        *s = row + 512;
+    }
+}
+
+/* Compute one output; @return 1 if written non-finite. */
+static int compute_output(const kvc_args *a, const kvc_out_info *inf, seg_state *stack, int *sizes,
+                          float *c, float *y) {
+    const int64_t rows = a->overlap == KVC_OVERLAP_ON ? 2 * a->compress_ratio : a->compress_ratio;
+    const int64_t nseg = kvc_num_segments(rows);
+    const int32_t *table_row = a->block_table + inf->r * a->block_table_stride;
+    int top = -1;
+    for (int64_t sg = 0; sg < nseg; sg++) {
+        const float *v[KVC_SEG], *s[KVC_SEG];
+        int n = (int)((rows - sg * KVC_SEG) < KVC_SEG ? rows - sg * KVC_SEG : KVC_SEG);
+        for (int i = 0; i < n; i++) window_row(a, table_row, inf->p, sg * KVC_SEG + i, &v[i], &s[i]);
+        top++;
+        seg_reduce(v, s, n, &stack[top]);
+        sizes[top] = 1;
+        while (top >= 1 && sizes[top - 1] == sizes[top]) {
+            state_merge(&stack[top - 1], &stack[top]);
+            sizes[top - 1] *= 2;
+            top--;
+        }
+    }
+    for (int k = top - 1; k >= 0; k--) state_merge(&stack[k], &stack[k + 1]);
+    state_result(&stack[0], c);
+
+    const int64_t S = a->kv_block_size;
+    uint8_t *page = a->kv_cache + (inf->slot / S) * a->page_stride;
+    const int64_t s_in = inf->slot % S;
+    const float *cs = a->cos_sin_cache + inf->pc * a->cos_sin_stride;
+    return kvc_finalize_slot(c, y, a->rms_norm_weight, cs, a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED,
+                             a->rms_norm_eps, a->nope_format == KVC_NOPE_FP8_E4M3, page + s_in * KVC_PAYLOAD_BYTES,
+                             page + S * KVC_PAYLOAD_BYTES + s_in * KVC_SCALE_BYTES);
+}
+
+typedef struct {
+    cpu_job *job;
+    seg_state *stack; /* [levels]  */
+    int *sizes;       /* [levels]  */
+    float *cy;        /* [2 * 512] : c then y */
+} cpu_worker;
+
+static void *worker(void *arg) {
+    cpu_worker *w = arg;
+    cpu_job *job = w->job;
+    const kvc_args *a = job->a;
+    long long written = 0, nonfinite = 0;
+    for (;;) {
+        long long o = atomic_fetch_add(&job->next, 1);
+        if (o >= a->num_outputs) break;
+        kvc_out_info inf;
+        kvc_check_output(a, o, &inf); /* already validated: fills b, r, p, slot, pc */
+        if (inf.slot < 0) continue;
+        nonfinite += compute_output(a, &inf, w->stack, w->sizes, w->cy, w->cy + D);
+        written++;
+    }
+    atomic_fetch_add(&job->written, written);
+    atomic_fetch_add(&job->nonfinite, nonfinite);
+    return NULL;
+}
+
+kvc_status kvc_cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
+    int64_t padding = 0;
+    kvc_status st = kvc_check_indices(a, &padding);
+    if (st != KVC_OK) return st;
+    pthread_once(&g_masked_once, init_masked);
+
+    int64_t rows = a->overlap == KVC_OVERLAP_ON ? 2 * a->compress_ratio : a->compress_ratio;
+    int64_t nseg = kvc_num_segments(rows);
+    int levels = 1;
+    while ((INT64_C(1) << (levels - 1)) <= nseg) levels++;
+
+    int nthreads = e->num_threads > 0 ? e->num_threads : kvc_cpu_default_threads();
+    if (nthreads > a->num_outputs) nthreads = a->num_outputs > 0 ? (int)a->num_outputs : 1;
+
+    cpu_job job;
+    job.a = a;
+    atomic_init(&job.next, 0);
+    atomic_init(&job.written, 0);
+    atomic_init(&job.nonfinite, 0);
+
+    /* All scratch is taken before any thread starts, so that running out of
+     * memory can still leave kv_cache untouched. */
+    size_t per = sizeof(seg_state) * (size_t)levels + 2 * D * sizeof(float) + 64;
+    size_t per_aligned = (per + 63) & ~(size_t)63;
+    char *scratch = aligned_alloc(64, per_aligned * (size_t)nthreads);
+    cpu_worker *workers = malloc(sizeof(cpu_worker) * (size_t)nthreads);
+    int *sizes = malloc(sizeof(int) * (size_t)levels * (size_t)nthreads);
+    pthread_t *tids = malloc(sizeof(pthread_t) * (size_t)nthreads);
+    if (!scratch || !workers || !sizes || !tids) {
+        free(scratch);
+        free(workers);
+        free(sizes);
+        free(tids);
+        return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CPU backend: no memory for %d threads' scratch", nthreads);
+    }
+    for (int t = 0; t < nthreads; t++) {
+        char *base = scratch + per_aligned * (size_t)t;
+        workers[t].job = &job;
+        workers[t].stack = (seg_state *)base;
+        workers[t].cy = (float *)(base + sizeof(seg_state) * (size_t)levels);
+        workers[t].sizes = sizes + (size_t)levels * (size_t)t;
+    }
+    int started = 0;
+    for (; started < nthreads - 1; started++) /* if a thread can't start, run with fewer */
+        if (pthread_create(&tids[started], NULL, worker, &workers[started + 1]) != 0) break;
+    worker(&workers[0]);
+    for (int i = 0; i < started; i++) pthread_join(tids[i], NULL);
+    free(scratch);
+    free(workers);
+    free(sizes);
+    free(tids);
+    if (rep) {
+        rep->outputs_written = atomic_load(&job.written);
+        rep->outputs_padding = padding;
+        rep->outputs_nonfinite = atomic_load(&job.nonfinite);
+        rep->device_async = 0;
+    }
+    return KVC_OK;
+}

@@ -1,0 +1,80 @@
+/* test_util.h -- small helpers for the C tests (header-only). */
+#ifndef KVC_TEST_UTIL_H
+#define KVC_TEST_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcompress.h"
+
+#define TU_SKIP 77 /* CTest SKIP_RETURN_CODE */
+
+static int tu_failures = 0;
+#define TU_CHECK(cond, ...)                                          \
+    do {                                                             \
+        if (!(cond)) {                                               \
+            tu_failures++;                                           \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);              \
+            printf(__VA_ARGS__);                                     \
+            printf("\n");                                            \
+        }                                                            \
+    } while (0)
+
+static inline int tu_parse_backend(const char *s, kvc_backend *b) {
+    if (!strcmp(s, "cpu")) *b = KVC_BACKEND_CPU;
+    else if (!strcmp(s, "cuda")) *b = KVC_BACKEND_CUDA;
+    else if (!strcmp(s, "opencl")) *b = KVC_BACKEND_OPENCL;
+    else if (!strcmp(s, "auto")) *b = KVC_BACKEND_AUTO;
+    else {
+        fprintf(stderr, "unknown backend %s\n", s);
+        return 1;
+    }
+    return 0;
+}
+
+static inline void *tu_dup(const void *p, size_t n) {
+    void *q = malloc(n ? n : 1);
+    if (q) memcpy(q, p, n);
+    return q;
+}
+
+/* Is byte `off` of the KV cache inside the 584 bytes of a slot in `written`? */
+static inline int tu_in_slot(const kvc_args *a, size_t off, const unsigned char *written) {
+    int64_t S = a->kv_block_size, stride = a->page_stride ? a->page_stride : S * 584;
+    int64_t page = (int64_t)off / stride, in = (int64_t)off % stride;
+    int64_t s;
+    if (in < S * 576) s = in / 576;
+    else if (in < S * 584) s = (in - S * 576) / 8;
+    else return 0;
+    return written[page * S + s];
+}
+
+/* Every byte outside the slots written by non-padding outputs is unchanged. */
+static inline int tu_check_untouched(const kvc_args *a, const unsigned char *before, const unsigned char *after,
+                                     char *msg, size_t msglen) {
+    int64_t nslots = a->num_pages * a->kv_block_size;
+    unsigned char *written = calloc((size_t)(nslots ? nslots : 1), 1);
+    for (int64_t o = 0; o < a->num_outputs; o++) {
+        int64_t b = a->boundary_token_indices[o];
+        int64_t slot = a->kv_slot_mapping[b];
+        if (slot >= 0 && slot < nslots) written[slot] = 1;
+    }
+    int64_t stride = a->page_stride ? a->page_stride : a->kv_block_size * 584;
+    size_t total = (size_t)(a->num_pages * stride);
+    for (size_t i = 0; i < total; i++)
+        if (before[i] != after[i] && !tu_in_slot(a, i, written)) {
+            snprintf(msg, msglen, "byte %zu outside written slots changed 0x%02x -> 0x%02x", i, before[i], after[i]);
+            free(written);
+            return 1;
+        }
+    free(written);
+    return 0;
+}
+
+/* Run kvc_compress; for GPU backends the test harness binary is the same. */
+static inline kvc_status tu_run(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
+    return kvc_compress(a, e, rep);
+}
+
+#endif

@@ -1,0 +1,278 @@
+/* kvc_kit.c -- see kvc_kit.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "kvc_kit.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint8_t *kvc_kit_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return NULL; }
+    long n = ftell(f);
+    if (n < 0) { fclose(f); return NULL; }
+    rewind(f);
+    uint8_t *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf && len) *len = (size_t)n;
+    return buf;
+}
+
+static float parse_special(const char *s) {
+    if (strcmp(s, "nan") == 0) return NAN;
+    if (strcmp(s, "inf") == 0) return INFINITY;
+    if (strcmp(s, "-inf") == 0) return -INFINITY;
+    return strtof(s, NULL);
+}
+
+/* Apply one key=value field to a golden case. @return 0 or -1. */
+static int apply_field(kvc_golden_case *g, const char *key, char *val) {
+    kvc_case_params *p = &g->params;
+    if (!strcmp(key, "name")) snprintf(g->name, sizeof g->name, "%s", val);
+    else if (!strcmp(key, "dir")) snprintf(g->dir, sizeof g->dir, "%s", val);
+    else if (!strcmp(key, "format")) p->nope_format = strcmp(val, "fp8") == 0 ? KVC_NOPE_FP8_E4M3 : KVC_NOPE_INT8;
+    else if (!strcmp(key, "overlap")) p->overlap = atoi(val) ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
+    else if (!strcmp(key, "cos_sin")) p->cos_sin_layout = strcmp(val, "interleaved") == 0 ? KVC_COS_SIN_INTERLEAVED : KVC_COS_SIN_SPLIT;
+    else if (!strcmp(key, "kv_block_size")) p->kv_block_size = atoll(val);
+    else if (!strcmp(key, "reqs")) p->num_reqs = atoll(val);
+    else if (!strcmp(key, "tokens")) p->total_tokens = atoll(val);
+    else if (!strcmp(key, "C")) p->compress_ratio = atoll(val);
+    else if (!strcmp(key, "block")) p->block_size = atoll(val);
+    else if (!strcmp(key, "layout")) p->shuffle = strcmp(val, "shuffle") == 0;
+    else if (!strcmp(key, "seed")) p->seed = strtoull(val, NULL, 10);
+    else if (!strcmp(key, "score_shift")) p->score_shift = atoi(val);
+    else if (!strcmp(key, "outputs")) g->outputs = atoll(val);
+    else if (!strcmp(key, "pages")) g->pages = atoll(val);
+    else if (!strcmp(key, "ref")) g->has_ref = atoi(val);
+    else if (!strncmp(key, "cs_", 3)) {
+        if (!strcmp(val, "-")) return 0;
+        uint64_t v = strtoull(val, NULL, 16);
+        g->has_checksums = 1;
+        if (!strcmp(key, "cs_state")) g->cs_state = v;
+        else if (!strcmp(key, "cs_table")) g->cs_table = v;
+        else if (!strcmp(key, "cs_weight")) g->cs_weight = v;
+        else if (!strcmp(key, "cs_cos_sin")) g->cs_cos_sin = v;
+    } else if (!strcmp(key, "vshift")) {
+        if (!strcmp(val, "-")) return 0;
+        for (char *it = strtok(val, ","); it; it = strtok(NULL, ",")) {
+            if (p->num_value_shifts >= KVC_CASE_MAX_SHIFTS) return -1;
+            long long lo, hi;
+            int sh;
+            if (sscanf(it, "%lld:%lld:%d", &lo, &hi, &sh) != 3) return -1;
+            p->value_shifts[p->num_value_shifts].lo = lo;
+            p->value_shifts[p->num_value_shifts].hi = hi;
+            p->value_shifts[p->num_value_shifts].shift = sh;
+            p->num_value_shifts++;
+        }
+    } else if (!strcmp(key, "poison")) {
+        if (!strcmp(val, "-")) return 0;
+        for (char *it = strtok(val, ","); it; it = strtok(NULL, ",")) {
+            if (p->num_poison >= KVC_KIT_MAX_POISON) return -1;
+            long long r, pos, col;
+            char what[16];
+            if (sscanf(it, "%lld:%lld:%lld:%15s", &r, &pos, &col, what) != 4) return -1;
+            kvc_case_poison *q = &g->poison[p->num_poison++];
+            q->req = r;
+            q->pos = pos;
+            q->col = col;
+            q->value = parse_special(what);
+        }
+    } else if (!strcmp(key, "nonfinite")) {
+        if (!strcmp(val, "-")) return 0;
+        for (char *it = strtok(val, ","); it; it = strtok(NULL, ",")) {
+            if (g->num_nonfinite >= KVC_KIT_MAX_NONFINITE) return -1;
+            g->nonfinite[g->num_nonfinite++] = atoll(it);
+        }
+    }
+    return 0;
+}
+
+int kvc_kit_load_index(const char *golden_dir, kvc_golden_case **cases) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cases.tsv", golden_dir);
+    size_t len;
+    char *text = (char *)kvc_kit_read_file(path, &len);
+    if (!text) {
+        fprintf(stderr, "cannot read %s\n", path);
+        return -1;
+    }
+    text[len] = '\0';
+    int cap = 64, n = 0;
+    kvc_golden_case *out = calloc((size_t)cap, sizeof *out);
+    char *save_line = NULL;
+    for (char *line = strtok_r(text, "\n", &save_line); line && out; line = strtok_r(NULL, "\n", &save_line)) {
+        if (n == cap) {
+            kvc_golden_case *grown = realloc(out, sizeof *out * (size_t)(cap *= 2));
+            if (!grown) break;
+            out = grown;
+        }
+        kvc_golden_case *g = &out[n];
+        memset(g, 0, sizeof *g);
+        char *save_field = NULL;
+        for (char *f = strtok_r(line, "\t", &save_field); f; f = strtok_r(NULL, "\t", &save_field)) {
+            char *eq = strchr(f, '=');
+            if (!eq) continue;
+            *eq = '\0';
+            if (apply_field(g, f, eq + 1) != 0) {
+                fprintf(stderr, "%s: bad field %s in case %d\n", path, f, n);
+                free(text);
+                free(out);
+                return -1;
+            }
+        }
+        g->params.poison = g->poison;
+        n++;
+    }
+    free(text);
+    *cases = out;
+    return out ? n : -1;
+}
+
+void kvc_kit_slot_row(const kvc_args *a, int64_t slot, uint8_t row[KVC_SLOT_BYTES]) {
+    int64_t S = a->kv_block_size;
+    int64_t stride = a->page_stride ? a->page_stride : S * KVC_SLOT_BYTES;
+    const uint8_t *page = a->kv_cache + (slot / S) * stride;
+    memcpy(row, page + (slot % S) * KVC_PAYLOAD_BYTES, KVC_PAYLOAD_BYTES);
+    memcpy(row + KVC_PAYLOAD_BYTES, page + S * KVC_PAYLOAD_BYTES + (slot % S) * KVC_SCALE_BYTES, KVC_SCALE_BYTES);
+}
+
+int kvc_kit_check_inputs(const kvc_golden_case *g, const kvc_case *c, char *msg, size_t msglen) {
+    if (!g->has_checksums) return 0;
+    const kvc_args *a = &c->args;
+    struct { const char *name; uint64_t want, got; } cs[4] = {
+        {"state_cache", g->cs_state, kvc_rand_checksum(c->state_cache, c->state_elems * 4)},
+        {"block_table", g->cs_table, kvc_rand_checksum(c->block_table, (size_t)(a->num_reqs * a->blocks_per_req) * 4)},
+        {"rms_norm_weight", g->cs_weight, kvc_rand_checksum(c->rms_norm_weight, 1024)},
+        {"cos_sin_cache", g->cs_cos_sin, kvc_rand_checksum(c->cos_sin_cache, (size_t)a->max_pos * 64 * 4)},
+    };
+    for (int i = 0; i < 4; i++)
+        if (cs[i].want != cs[i].got) {
+            snprintf(msg, msglen, "%s checksum %016llx != manifest %016llx", cs[i].name,
+                     (unsigned long long)cs[i].got, (unsigned long long)cs[i].want);
+            return 1;
+        }
+    return 0;
+}
+
+static float bf16f(const uint8_t *p) {
+    uint32_t u = ((uint32_t)p[0] | ((uint32_t)p[1] << 8)) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static int e4m3_ordinal(uint8_t c) { return (c & 0x80) ? -(int)(c & 0x7F) : (int)c; }
+
+int kvc_kit_conforms(const uint8_t *ours, const uint8_t *ref, int64_t n, int fp8, int64_t *differ, char *msg,
+                     size_t msglen) {
+    int64_t diff = 0;
+    for (int64_t o = 0; o < n; o++) {
+        const uint8_t *x = ours + o * KVC_SLOT_BYTES, *y = ref + o * KVC_SLOT_BYTES;
+        for (int g = 0; g < 7; g++)
+            if (x[576 + g] != y[576 + g]) {
+                snprintf(msg, msglen, "output %lld: scale byte %d is %u, reference %u", (long long)o, g, x[576 + g],
+                         y[576 + g]);
+                return 1;
+            }
+        if (x[583] != 0) {
+            snprintf(msg, msglen, "output %lld: pad byte is %u", (long long)o, x[583]);
+            return 1;
+        }
+        for (int d = 0; d < 448; d++) {
+            int a = fp8 ? e4m3_ordinal(x[d]) : (int)(int8_t)x[d];
+            int b = fp8 ? e4m3_ordinal(y[d]) : (int)(int8_t)y[d];
+            if (a != b) {
+                diff++;
+                if (abs(a - b) > 1) {
+                    snprintf(msg, msglen, "output %lld dim %d: NOPE %d vs reference %d (more than one step)",
+                             (long long)o, d, a, b);
+                    return 1;
+                }
+            }
+        }
+        for (int j = 0; j < 64; j++) {
+            float a = bf16f(x + 448 + 2 * j), b = bf16f(y + 448 + 2 * j);
+            if (!(fabsf(a - b) <= 1e-2f + 1e-2f * fabsf(b))) {
+                snprintf(msg, msglen, "output %lld rope %d: %g vs reference %g", (long long)o, j, a, b);
+                return 1;
+            }
+        }
+    }
+    if (differ) *differ = diff;
+    int64_t allowed = 2 + (n * 448) / 20000;
+    if (diff > allowed) {
+        snprintf(msg, msglen, "%lld NOPE values differ, more than 2 + n/20000 = %lld", (long long)diff,
+                 (long long)allowed);
+        return 1;
+    }
+    return 0;
+}
+
+void kvc_kit_poison(uint8_t *p, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t w = kvc_rand_u64(seed, 99, i / 8);
+        for (size_t k = 0; k < 8 && i + k < n; k++) p[i + k] = (uint8_t)(w >> (8 * k));
+    }
+}
+
+int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t msglen) {
+    memset(p, 0, sizeof *p);
+    p->num_reqs = 1;
+    p->block_size = 8;
+    p->seed = 1;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL;
+    for (char *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(it, '=');
+        if (!eq) {
+            snprintf(msg, msglen, "'%s' is not key=value", it);
+            return -1;
+        }
+        *eq = '\0';
+        const char *k = it, *v = eq + 1;
+        char *end = NULL;
+        long long x = strtoll(v, &end, 10);
+        int numeric = end && *end == '\0' && end != v;
+        if (!strcmp(k, "layout")) {
+            if (strcmp(v, "contig") && strcmp(v, "shuffle")) {
+                snprintf(msg, msglen, "layout=%s: expected contig or shuffle", v);
+                return -1;
+            }
+            p->shuffle = !strcmp(v, "shuffle");
+        } else if (!strcmp(k, "format")) {
+            if (strcmp(v, "int8") && strcmp(v, "fp8")) {
+                snprintf(msg, msglen, "format=%s: expected int8 or fp8", v);
+                return -1;
+            }
+            p->nope_format = !strcmp(v, "fp8") ? KVC_NOPE_FP8_E4M3 : KVC_NOPE_INT8;
+        } else if (!strcmp(k, "cos_sin")) {
+            p->cos_sin_layout = !strcmp(v, "interleaved") ? KVC_COS_SIN_INTERLEAVED : KVC_COS_SIN_SPLIT;
+        } else if (!numeric) {
+            snprintf(msg, msglen, "%s=%s: expected an integer", k, v);
+            return -1;
+        } else if (!strcmp(k, "reqs")) p->num_reqs = x;
+        else if (!strcmp(k, "tokens")) p->total_tokens = x;
+        else if (!strcmp(k, "C")) p->compress_ratio = x;
+        else if (!strcmp(k, "block")) p->block_size = x;
+        else if (!strcmp(k, "seed")) p->seed = (uint64_t)x;
+        else if (!strcmp(k, "kv_block")) p->kv_block_size = x;
+        else if (!strcmp(k, "overlap")) p->overlap = x ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
+        else if (!strcmp(k, "score_shift")) p->score_shift = (int)x;
+        else {
+            snprintf(msg, msglen, "unknown key '%s'", k);
+            return -1;
+        }
+    }
+    if (p->total_tokens <= 0 || p->compress_ratio <= 0) {
+        snprintf(msg, msglen, "tokens and C are required");
+        return -1;
+    }
+    return 0;
+}

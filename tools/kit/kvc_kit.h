@@ -1,0 +1,57 @@
+/*
+ * kvc_kit.h -- helpers shared by the CLI and the tests (not part of the
+ * library): the golden-case index, file loading, slot extraction and the
+ * conformance rules of SPEC 4 / 7.
+ */
+#ifndef KVC_KIT_H
+#define KVC_KIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcompress.h"
+#include "kvcompress_rand.h"
+
+#define KVC_KIT_MAX_POISON 64
+#define KVC_KIT_MAX_NONFINITE 64
+
+typedef struct kvc_golden_case {
+    char name[128];
+    char dir[16];                /* main, engine or edge */
+    kvc_case_params params;
+    kvc_case_poison poison[KVC_KIT_MAX_POISON];
+    int64_t outputs, pages;
+    int has_ref;
+    int has_checksums;
+    uint64_t cs_state, cs_table, cs_weight, cs_cos_sin;
+    int num_nonfinite;
+    int64_t nonfinite[KVC_KIT_MAX_NONFINITE];
+} kvc_golden_case;
+
+/** Parse <golden_dir>/cases.tsv.  @return count (>= 0) or -1 (message on stderr). */
+int kvc_kit_load_index(const char *golden_dir, kvc_golden_case **cases);
+
+/** Read a whole file.  @return malloc'ed bytes or NULL. */
+uint8_t *kvc_kit_read_file(const char *path, size_t *len);
+
+/** Copy slot `slot` of args' kv_cache as a golden row: 576 payload + 8 scale bytes. */
+void kvc_kit_slot_row(const kvc_args *a, int64_t slot, uint8_t row[KVC_SLOT_BYTES]);
+
+/** Verify the four input checksums of a generated case.  @return 0 ok, else 1 (msg filled). */
+int kvc_kit_check_inputs(const kvc_golden_case *g, const kvc_case *c, char *msg, size_t msglen);
+
+/**
+ * SPEC 4 (INT8) / 7 (FP8) conformance of `ours` against the reference's rows
+ * (n rows of 584 bytes).  @return 0 if it conforms, else 1 with msg filled.
+ * *differ receives the number of NOPE values that differ.
+ */
+int kvc_kit_conforms(const uint8_t *ours, const uint8_t *ref, int64_t n, int fp8, int64_t *differ, char *msg,
+                     size_t msglen);
+
+/** Parse "reqs=8,tokens=131072,C=128,block=8,layout=shuffle,..." into params. @return 0 or -1. */
+int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t msglen);
+
+/** Fill `n` bytes with a deterministic non-zero pattern (poison). */
+void kvc_kit_poison(uint8_t *p, size_t n, uint64_t seed);
+
+#endif
