@@ -98,7 +98,7 @@ KVC_FN float kvc_host_float(kvc_u32 u) { float f; memcpy(&f, &u, 4); return f; }
 /* ---- scalar building blocks -------------------------------------------- */
 
 /** NaN-propagating max: (a > b || a != a) ? a : b. */
-KVC_FN float kvc_max(float a, float b) { return (a > b || a != a) ? a : b; }
+KVC_FN float kvc_max(float a, float b) { return ((a > b) | (a != a)) ? a : b; }
 
 /** 1 when f is NaN or +-Inf. */
 KVC_FN int kvc_nonfinite(float f) {

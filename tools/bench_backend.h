@@ -1,0 +1,35 @@
+/*
+ * bench_backend.h -- how the CLI times one case on one backend.  The CPU
+ * version lives in kvcompress.c; the CUDA version in bench_cuda.cu (built
+ * when CUDA is), so the CLI itself stays plain C.
+ */
+#ifndef KVC_BENCH_BACKEND_H
+#define KVC_BENCH_BACKEND_H
+
+#include "kvcompress_rand.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bench_result {
+    double median_us, min_us;
+    int calls;
+    kvc_status status;
+    char message[512];
+} bench_result;
+
+/**
+ * Copy the case to the device, time `repeat` calls (L2 flushed before each,
+ * device events around each), copy kv_cache back into c->kv_cache.
+ */
+int kvc_bench_cuda_case(kvc_case *c, int repeat, bench_result *out);
+/** Measured device read bandwidth (GB/s) with the same protocol; < 0 on error. */
+double kvc_bench_cuda_read_bw(void);
+/** Print device lines for `info`. */
+void kvc_bench_cuda_info(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

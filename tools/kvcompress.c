@@ -1,0 +1,689 @@
+/*
+ * kvcompress -- the command-line tool: info, bench, verify.
+ *
+ *   kvcompress info
+ *   kvcompress bench  [--backend B] [--cases SET|SPEC] [--layout L] [--repeat N]
+ *                     [--threads N] [--seed S] [--json FILE] [--format int8|fp8]
+ *                     [--overlap] [--cos-sin split|interleaved]
+ *   kvcompress verify [--backend B] [--golden DIR] [--random N] [--threads N]
+ *
+ * Exit status: 0 success, 1 a check failed, 2 usage error.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_backend.h"
+#include "kvc_kit.h"
+#include "kvcompress.h"
+#include "kvcompress_rand.h"
+
+#ifndef KVC_SOURCE_GOLDEN_DIR
+#define KVC_SOURCE_GOLDEN_DIR "tests/data/golden"
+#endif
+
+/* ---- usage ------------------------------------------------------------- */
+static const char *USAGE_MAIN =
+    "usage: kvcompress [--version] [--help] <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  info     library version, backends, devices\n"
+    "  bench    time the operation on generated cases (the main job)\n"
+    "  verify   golden and random cases, exact against the CPU backend\n"
+    "\n"
+    "'kvcompress <command> --help' describes each command.\n";
+
+static const char *USAGE_BENCH =
+    "usage: kvcompress bench [options]\n"
+    "Times kvc_compress on kvc-rand cases; checks every output against the CPU\n"
+    "backend's bytes.  One row per case: us (median), GB/s, %% of the measured\n"
+    "read bandwidth, check.\n"
+    "\n"
+    "  --backend auto|cpu|cuda|opencl   default auto (best available)\n"
+    "  --cases headline|quick|engine|golden|SPEC\n"
+    "                 headline: the 12 headline cases (default)\n"
+    "                 quick: 3 small cases;  engine: C4 overlap FP8 + C128 FP8 S=2\n"
+    "                 golden: the cases of the golden manifests\n"
+    "                 SPEC: reqs=8,tokens=131072,C=128,block=8,layout=shuffle\n"
+    "                       [,kv_block=S,format=fp8,overlap=1,cos_sin=interleaved]\n"
+    "  --layout contig|shuffle|both     default both\n"
+    "  --repeat N       timed calls per case (default 100 GPU, 5 CPU)\n"
+    "  --threads N      CPU threads (default all cores)\n"
+    "  --seed S         kvc-rand seed (default 1)\n"
+    "  --format int8|fp8, --overlap, --cos-sin split|interleaved\n"
+    "                   engine formats for the headline/quick sets\n"
+    "  --json FILE      also write the results as JSON\n";
+
+static const char *USAGE_VERIFY =
+    "usage: kvcompress verify [options]\n"
+    "Runs every golden case (bytes == *.canon.bin, conformance against *.ref.bin)\n"
+    "and random cases of many shapes (bytes == the CPU backend's) on a backend.\n"
+    "\n"
+    "  --backend auto|cpu|cuda|opencl   default auto\n"
+    "  --golden DIR     golden data (default: the source tree's tests/data/golden)\n"
+    "  --random N       random cases (default 24)\n"
+    "  --threads N      CPU threads\n";
+
+static const char *USAGE_INFO = "usage: kvcompress info\nPrints the library version, backends and devices.\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "kvcompress: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n");
+    return 2;
+}
+
+/* ---- small helpers ------------------------------------------------------- */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int parse_backend(const char *s, kvc_backend *b) {
+    if (!strcmp(s, "auto")) *b = KVC_BACKEND_AUTO;
+    else if (!strcmp(s, "cpu")) *b = KVC_BACKEND_CPU;
+    else if (!strcmp(s, "cuda")) *b = KVC_BACKEND_CUDA;
+    else if (!strcmp(s, "opencl")) *b = KVC_BACKEND_OPENCL;
+    else return -1;
+    return 0;
+}
+
+static const char *backend_name(kvc_backend b) {
+    switch (b) {
+    case KVC_BACKEND_CPU: return "cpu";
+    case KVC_BACKEND_CUDA: return "cuda";
+    case KVC_BACKEND_OPENCL: return "opencl";
+    default: return "auto";
+    }
+}
+
+/* AUTO for the tool: the best backend usable now. */
+static kvc_backend resolve_backend(kvc_backend b) {
+    if (b != KVC_BACKEND_AUTO) return b;
+    if (kvc_backend_available(KVC_BACKEND_CUDA)) return KVC_BACKEND_CUDA;
+    return KVC_BACKEND_CPU;
+}
+
+static int progress_on(void) { return isatty(2); }
+
+/* ---- CPU read bandwidth: a large read-only reduction, all threads -------- */
+#include <pthread.h>
+typedef struct {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} rd_job;
+
+static void *rd_worker(void *arg) {
+    rd_job *j = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t i = 0;
+    for (; i + 4 <= j->n; i += 4) {
+        s0 += j->p[i];
+        s1 += j->p[i + 1];
+        s2 += j->p[i + 2];
+        s3 += j->p[i + 3];
+    }
+    for (; i < j->n; i++) s0 += j->p[i];
+    j->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+static double cpu_read_bw(int threads) {
+    size_t bytes = (size_t)1 << 30;
+    uint64_t *buf = malloc(bytes);
+    if (!buf) return -1;
+    size_t n = bytes / 8;
+    for (size_t i = 0; i < n; i++) buf[i] = i * 0x9E3779B97F4A7C15ull;
+    if (threads < 1) threads = kvc_cpu_default_threads();
+    if (threads > 256) threads = 256;
+    rd_job jobs[256];
+    pthread_t tids[256];
+    double times[7];
+    uint64_t sink = 0;
+    for (int rep = 0; rep < 7; rep++) {
+        double t0 = now_s();
+        for (int t = 0; t < threads; t++) {
+            jobs[t].p = buf + n * (size_t)t / (size_t)threads;
+            jobs[t].n = n * (size_t)(t + 1) / (size_t)threads - n * (size_t)t / (size_t)threads;
+            if (t > 0) pthread_create(&tids[t], NULL, rd_worker, &jobs[t]);
+        }
+        rd_worker(&jobs[0]);
+        for (int t = 1; t < threads; t++) pthread_join(tids[t], NULL);
+        times[rep] = now_s() - t0;
+        for (int t = 0; t < threads; t++) sink += jobs[t].sum;
+    }
+    free(buf);
+    qsort(times, 7, sizeof times[0], cmp_double);
+    if (sink == 42) fprintf(stderr, " ");
+    return (double)bytes / times[3] / 1e9;
+}
+
+/* ---- case sets ----------------------------------------------------------- */
+typedef struct {
+    kvc_case_params p;
+    char name[96];
+} bench_case;
+
+static int add_case(bench_case *list, int n, int cap, const kvc_case_params *p) {
+    if (n >= cap) return n;
+    list[n].p = *p;
+    const kvc_case_params *q = &list[n].p;
+    snprintf(list[n].name, sizeof list[n].name, "r%lld_t%lld_c%lld_b%lld%s%s%s%s", (long long)q->num_reqs,
+             (long long)q->total_tokens, (long long)q->compress_ratio, (long long)q->block_size,
+             q->nope_format ? "_fp8" : "", q->overlap ? "_ovl" : "", q->cos_sin_layout ? "_il" : "",
+             q->kv_block_size && q->kv_block_size != 64 ? "_S" : "");
+    if (q->kv_block_size && q->kv_block_size != 64) {
+        size_t l = strlen(list[n].name);
+        snprintf(list[n].name + l, sizeof list[n].name - l, "%lld", (long long)q->kv_block_size);
+    }
+    return n + 1;
+}
+
+/* Build the case list; @return count or -1 on a bad set/spec (message printed). */
+static int build_cases(const char *set, const char *layout, uint64_t seed, const kvc_case_params *fmt,
+                       bench_case *list, int cap) {
+    int layouts[2], nl = 0;
+    if (!strcmp(layout, "contig") || !strcmp(layout, "both")) layouts[nl++] = 0;
+    if (!strcmp(layout, "shuffle") || !strcmp(layout, "both")) layouts[nl++] = 1;
+    int n = 0;
+    kvc_case_params p;
+    if (!strcmp(set, "headline") || !strcmp(set, "quick")) {
+        static const long long hl[4][2] = {{1, 8192}, {4, 32768}, {8, 65536}, {8, 131072}};
+        static const long long qk[3][3] = {{1, 2048, 128}, {2, 4096, 256}, {1, 4096, 512}};
+        int quick = !strcmp(set, "quick");
+        for (int l = 0; l < nl; l++)
+            for (int i = 0; i < (quick ? 3 : 12); i++) {
+                p = *fmt;
+                p.num_reqs = quick ? qk[i][0] : hl[i % 4][0];
+                p.total_tokens = quick ? qk[i][1] : hl[i % 4][1];
+                p.compress_ratio = quick ? qk[i][2] : (128 << (i / 4));
+                p.block_size = 8;
+                p.shuffle = layouts[l];
+                p.seed = seed + (uint64_t)i;
+                n = add_case(list, n, cap, &p);
+            }
+        return n;
+    }
+    if (!strcmp(set, "engine")) {
+        for (int l = 0; l < nl; l++) {
+            const long long tk[3][3] = {{4, 8192, 4}, {4, 32768, 4}, {8, 131072, 128}};
+            for (int i = 0; i < 3; i++) {
+                memset(&p, 0, sizeof p);
+                p.num_reqs = tk[i][0];
+                p.total_tokens = tk[i][1];
+                p.compress_ratio = tk[i][2];
+                p.block_size = i < 2 ? 4 : 8;
+                p.overlap = i < 2 ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
+                p.nope_format = KVC_NOPE_FP8_E4M3;
+                p.kv_block_size = i < 2 ? 64 : 2;
+                p.shuffle = layouts[l];
+                p.seed = seed + (uint64_t)i;
+                n = add_case(list, n, cap, &p);
+            }
+        }
+        return n;
+    }
+    if (!strcmp(set, "golden")) {
+        kvc_golden_case *g = NULL;
+        int ng = kvc_kit_load_index(KVC_SOURCE_GOLDEN_DIR, &g);
+        if (ng < 0) return -1;
+        for (int i = 0; i < ng; i++)
+            if (g[i].params.num_poison == 0) { /* poison lists live in the index buffer */
+                n = add_case(list, n, cap, &g[i].params);
+                snprintf(list[n - 1].name, sizeof list[n - 1].name, "%.95s", g[i].name);
+            }
+        free(g);
+        return n;
+    }
+    char msg[256];
+    if (!strchr(set, '=')) {
+        fprintf(stderr, "kvcompress: --cases %s: expected headline, quick, engine, golden or a spec\n", set);
+        return -1;
+    }
+    if (kvc_kit_parse_spec(set, &p, msg, sizeof msg) != 0) {
+        fprintf(stderr, "kvcompress: --cases %s: %s\n", set, msg);
+        return -1;
+    }
+    if (fmt->nope_format) p.nope_format = fmt->nope_format;
+    if (fmt->overlap) p.overlap = fmt->overlap;
+    if (fmt->cos_sin_layout) p.cos_sin_layout = fmt->cos_sin_layout;
+    if (!strstr(set, "seed=")) p.seed = seed;
+    if (!strstr(set, "layout=")) {
+        for (int l = 0; l < nl; l++) {
+            p.shuffle = layouts[l];
+            n = add_case(list, n, cap, &p);
+        }
+    } else {
+        n = add_case(list, n, cap, &p);
+    }
+    return n;
+}
+
+/* Bytes the operation must move (SPEC 6; overlap: each 2048-float row once). */
+static double case_bytes(const kvc_args *a) {
+    double rows_bytes;
+    if (a->overlap == KVC_OVERLAP_ON)
+        rows_bytes = (double)a->num_outputs * (double)a->compress_ratio * 8192.0;
+    else
+        rows_bytes = (double)a->num_outputs * (double)a->compress_ratio * 4096.0;
+    return rows_bytes + (double)a->num_outputs * KVC_SLOT_BYTES;
+}
+
+static int time_cpu(kvc_case *c, int threads, int repeat, bench_result *r) {
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_CPU;
+    ex.num_threads = threads;
+    double *t = malloc(sizeof(double) * (size_t)repeat);
+    kvc_compress(&c->args, &ex, NULL); /* warm-up */
+    for (int i = 0; i < repeat; i++) {
+        double t0 = now_s();
+        kvc_status st = kvc_compress(&c->args, &ex, NULL);
+        t[i] = (now_s() - t0) * 1e6;
+        if (st != KVC_OK) {
+            r->status = st;
+            snprintf(r->message, sizeof r->message, "%s", kvc_last_error_message());
+            free(t);
+            return -1;
+        }
+    }
+    qsort(t, (size_t)repeat, sizeof *t, cmp_double);
+    r->median_us = t[repeat / 2];
+    r->min_us = t[0];
+    r->calls = repeat;
+    r->status = KVC_OK;
+    free(t);
+    return 0;
+}
+
+#ifndef KVC_CLI_WITH_CUDA
+int kvc_bench_cuda_case(kvc_case *c, int repeat, bench_result *out) {
+    (void)c;
+    (void)repeat;
+    out->status = KVC_ERROR_BACKEND_UNAVAILABLE;
+    snprintf(out->message, sizeof out->message, "the tool was built without CUDA");
+    return -1;
+}
+double kvc_bench_cuda_read_bw(void) { return -1; }
+void kvc_bench_cuda_info(void) { printf("cuda: not compiled in\n"); }
+#endif
+
+/* CPU reference bytes for the case, as golden-format rows. */
+static uint8_t *cpu_reference_rows(kvc_case *c, int threads, int order_reversed) {
+    kvc_args a = c->args;
+    size_t bytes = c->kv_cache_bytes;
+    uint8_t *kv = malloc(bytes ? bytes : 1);
+    int64_t *bidx = malloc(sizeof(int64_t) * (size_t)(a.num_outputs ? a.num_outputs : 1));
+    uint8_t *rows = malloc((size_t)(a.num_outputs ? a.num_outputs : 1) * KVC_SLOT_BYTES);
+    if (!kv || !bidx || !rows) {
+        free(kv);
+        free(bidx);
+        free(rows);
+        return NULL;
+    }
+    memset(kv, 0xA5, bytes);
+    for (int64_t o = 0; o < a.num_outputs; o++)
+        bidx[o] = c->boundary_token_indices[order_reversed ? a.num_outputs - 1 - o : o];
+    a.kv_cache = kv;
+    a.boundary_token_indices = bidx;
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_CPU;
+    ex.num_threads = threads;
+    kvc_status st = kvc_compress(&a, &ex, NULL);
+    if (st == KVC_OK)
+        for (int64_t o = 0; o < a.num_outputs; o++)
+            kvc_kit_slot_row(&a, c->kv_slot_mapping[c->boundary_token_indices[o]], rows + o * KVC_SLOT_BYTES);
+    free(kv);
+    free(bidx);
+    if (st != KVC_OK) {
+        free(rows);
+        return NULL;
+    }
+    return rows;
+}
+
+static int compare_rows(kvc_case *c, const uint8_t *ref, char *msg, size_t len) {
+    uint8_t row[KVC_SLOT_BYTES];
+    for (int64_t o = 0; o < c->args.num_outputs; o++) {
+        kvc_kit_slot_row(&c->args, c->kv_slot_mapping[c->boundary_token_indices[o]], row);
+        if (memcmp(row, ref + o * KVC_SLOT_BYTES, KVC_SLOT_BYTES) != 0) {
+            int k = 0;
+            while (row[k] == ref[o * KVC_SLOT_BYTES + k]) k++;
+            snprintf(msg, len, "output %lld byte %d: 0x%02x, CPU 0x%02x", (long long)o, k, row[k],
+                     ref[o * KVC_SLOT_BYTES + k]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- commands ------------------------------------------------------------ */
+static int cmd_info(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(USAGE_INFO, stdout);
+            return 0;
+        }
+        return usage_error("info: unknown option '%s'", argv[i]);
+    }
+    printf("kvcompress %s (library %s)\n", KVC_VERSION_STRING, kvc_version_string());
+    printf("backends compiled in / usable now:\n");
+    const kvc_backend all[3] = {KVC_BACKEND_CPU, KVC_BACKEND_CUDA, KVC_BACKEND_OPENCL};
+    for (int i = 0; i < 3; i++)
+        printf("  %-7s %s\n", backend_name(all[i]), kvc_backend_available(all[i]) ? "usable" : "not available");
+    printf("cpu: %d threads by default\n", kvc_cpu_default_threads());
+    kvc_bench_cuda_info();
+    return 0;
+}
+
+typedef struct {
+    kvc_backend backend;
+    const char *cases, *layout, *json;
+    int repeat, threads;
+    uint64_t seed;
+    kvc_case_params fmt;
+} bench_opts;
+
+static int need_value(int i, int argc, char **argv) {
+    if (i + 1 >= argc) return usage_error("option '%s' needs a value", argv[i]);
+    return 0;
+}
+
+static int cmd_bench(int argc, char **argv) {
+    bench_opts o = {KVC_BACKEND_AUTO, "headline", "both", NULL, 0, 0, 1, {0}};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(USAGE_BENCH, stdout);
+            return 0;
+        }
+        int takes = !strcmp(a, "--backend") || !strcmp(a, "--cases") || !strcmp(a, "--layout") ||
+                    !strcmp(a, "--repeat") || !strcmp(a, "--threads") || !strcmp(a, "--seed") ||
+                    !strcmp(a, "--json") || !strcmp(a, "--format") || !strcmp(a, "--cos-sin");
+        if (takes && need_value(i, argc, argv)) return 2;
+        const char *v = takes ? argv[++i] : NULL;
+        if (!strcmp(a, "--backend")) {
+            if (parse_backend(v, &o.backend)) return usage_error("--backend %s: expected auto, cpu, cuda or opencl", v);
+        } else if (!strcmp(a, "--cases")) o.cases = v;
+        else if (!strcmp(a, "--layout")) {
+            if (strcmp(v, "contig") && strcmp(v, "shuffle") && strcmp(v, "both"))
+                return usage_error("--layout %s: expected contig, shuffle or both", v);
+            o.layout = v;
+        } else if (!strcmp(a, "--repeat")) {
+            o.repeat = atoi(v);
+            if (o.repeat < 1) return usage_error("--repeat %s: expected a positive integer", v);
+        } else if (!strcmp(a, "--threads")) {
+            o.threads = atoi(v);
+            if (o.threads < 0) return usage_error("--threads %s: expected >= 0", v);
+        } else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--json")) o.json = v;
+        else if (!strcmp(a, "--format")) {
+            if (strcmp(v, "int8") && strcmp(v, "fp8")) return usage_error("--format %s: expected int8 or fp8", v);
+            o.fmt.nope_format = !strcmp(v, "fp8") ? KVC_NOPE_FP8_E4M3 : KVC_NOPE_INT8;
+        } else if (!strcmp(a, "--cos-sin")) {
+            if (strcmp(v, "split") && strcmp(v, "interleaved"))
+                return usage_error("--cos-sin %s: expected split or interleaved", v);
+            o.fmt.cos_sin_layout = !strcmp(v, "interleaved") ? KVC_COS_SIN_INTERLEAVED : KVC_COS_SIN_SPLIT;
+        } else if (!strcmp(a, "--overlap")) o.fmt.overlap = KVC_OVERLAP_ON;
+        else return usage_error("bench: unknown option '%s' (see kvcompress bench --help)", a);
+    }
+    kvc_backend be = resolve_backend(o.backend);
+    if (!kvc_backend_available(be)) {
+        fprintf(stderr, "kvcompress: backend %s is not available here (kvcompress info lists backends)\n",
+                backend_name(be));
+        return 1;
+    }
+    bench_case list[128];
+    int n = build_cases(o.cases, o.layout, o.seed, &o.fmt, list, 128);
+    if (n < 0) return 2;
+    int gpu = be != KVC_BACKEND_CPU;
+    int repeat = o.repeat ? o.repeat : (gpu ? 100 : 5);
+    if (progress_on()) fprintf(stderr, "measuring read bandwidth...\r");
+    double bw = gpu ? kvc_bench_cuda_read_bw() : cpu_read_bw(o.threads);
+    int threads = o.threads ? o.threads : kvc_cpu_default_threads();
+    printf("kvcompress %s bench: backend %s, %s, %d calls per case, read bandwidth %.1f GB/s\n",
+           KVC_VERSION_STRING, backend_name(be), gpu ? "device events, L2 flushed" : "wall clock", repeat, bw);
+    if (!gpu) printf("cpu threads: %d\n", threads);
+    printf("%-28s %-8s %8s %11s %9s %7s  %s\n", "case", "layout", "outputs", "median_us", "GB/s", "%read", "check");
+    FILE *js = NULL;
+    if (o.json) {
+        js = fopen(o.json, "w");
+        if (!js) {
+            fprintf(stderr, "kvcompress: cannot write %s\n", o.json);
+            return 1;
+        }
+        fprintf(js, "{\n \"version\": \"%s\",\n \"backend\": \"%s\",\n \"read_bw_gbs\": %.3f,\n \"repeat\": %d,\n"
+                    " \"threads\": %d,\n \"cases\": [",
+                KVC_VERSION_STRING, backend_name(be), bw, repeat, gpu ? 0 : threads);
+    }
+    int failures = 0;
+    for (int i = 0; i < n; i++) {
+        if (progress_on()) fprintf(stderr, "[%d/%d] generating %s...          \r", i + 1, n, list[i].name);
+        kvc_case c;
+        if (kvc_case_generate(&list[i].p, o.threads, &c) != KVC_OK) {
+            fprintf(stderr, "kvcompress: %s: %s\n", list[i].name, kvc_last_error_message());
+            failures++;
+            continue;
+        }
+        if (progress_on()) fprintf(stderr, "[%d/%d] running %s...             \r", i + 1, n, list[i].name);
+        bench_result r;
+        memset(&r, 0, sizeof r);
+        int rc = gpu ? kvc_bench_cuda_case(&c, repeat, &r) : time_cpu(&c, o.threads, repeat, &r);
+        char check[256] = "ok";
+        if (rc != 0) {
+            snprintf(check, sizeof check, "FAIL %s: %s", kvc_status_string(r.status), r.message);
+        } else {
+            /* reference: CPU backend, outputs reversed, different thread count */
+            uint8_t *ref = cpu_reference_rows(&c, gpu ? 0 : (threads > 1 ? 1 : 2), 1);
+            if (!ref) snprintf(check, sizeof check, "FAIL reference: %s", kvc_last_error_message());
+            else if (compare_rows(&c, ref, check + 5, sizeof check - 5)) memcpy(check, "FAIL ", 5);
+            free(ref);
+        }
+        int ok = !strcmp(check, "ok");
+        failures += !ok;
+        double bytes = case_bytes(&c.args);
+        double gbs = rc == 0 ? bytes / (r.median_us * 1e-6) / 1e9 : 0;
+        if (progress_on()) fprintf(stderr, "%60s\r", "");
+        printf("%-28s %-8s %8lld %11.1f %9.1f %6.1f%%  %s\n", list[i].name, list[i].p.shuffle ? "shuffle" : "contig",
+               (long long)c.args.num_outputs, r.median_us, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0, check);
+        fflush(stdout);
+        if (js)
+            fprintf(js,
+                    "%s\n  {\"name\": \"%s\", \"layout\": \"%s\", \"reqs\": %lld, \"tokens\": %lld, \"C\": %lld, "
+                    "\"block\": %lld, \"format\": \"%s\", \"overlap\": %d, \"kv_block_size\": %lld, "
+                    "\"outputs\": %lld, \"bytes\": %.0f, \"median_us\": %.3f, \"min_us\": %.3f, \"gbs\": %.3f, "
+                    "\"pct_read_bw\": %.2f, \"check\": \"%s\"}",
+                    i ? "," : "", list[i].name, list[i].p.shuffle ? "shuffle" : "contig",
+                    (long long)list[i].p.num_reqs, (long long)list[i].p.total_tokens,
+                    (long long)list[i].p.compress_ratio, (long long)list[i].p.block_size,
+                    list[i].p.nope_format ? "fp8" : "int8", (int)list[i].p.overlap,
+                    (long long)c.args.kv_block_size, (long long)c.args.num_outputs, bytes, r.median_us, r.min_us, gbs,
+                    bw > 0 ? 100.0 * gbs / bw : 0.0, ok ? "ok" : "fail");
+        kvc_case_free(&c);
+    }
+    if (js) {
+        fprintf(js, "\n ]\n}\n");
+        fclose(js);
+    }
+    printf("%d cases, %d failed\n", n, failures);
+    return failures ? 1 : 0;
+}
+
+static int cmd_verify(int argc, char **argv) {
+    kvc_backend b = KVC_BACKEND_AUTO;
+    const char *golden = KVC_SOURCE_GOLDEN_DIR;
+    int nrandom = 24, threads = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(USAGE_VERIFY, stdout);
+            return 0;
+        }
+        int takes = !strcmp(a, "--backend") || !strcmp(a, "--golden") || !strcmp(a, "--random") ||
+                    !strcmp(a, "--threads");
+        if (!takes) return usage_error("verify: unknown option '%s' (see kvcompress verify --help)", a);
+        if (need_value(i, argc, argv)) return 2;
+        const char *v = argv[++i];
+        if (!strcmp(a, "--backend")) {
+            if (parse_backend(v, &b)) return usage_error("--backend %s: expected auto, cpu, cuda or opencl", v);
+        } else if (!strcmp(a, "--golden")) golden = v;
+        else if (!strcmp(a, "--random")) {
+            nrandom = atoi(v);
+            if (nrandom < 0) return usage_error("--random %s: expected >= 0", v);
+        } else threads = atoi(v);
+    }
+    kvc_backend be = resolve_backend(b);
+    if (!kvc_backend_available(be)) {
+        fprintf(stderr, "kvcompress: backend %s is not available here\n", backend_name(be));
+        return 1;
+    }
+    int gpu = be != KVC_BACKEND_CPU;
+    int passed = 0, failed = 0;
+    kvc_golden_case *g = NULL;
+    int ng = kvc_kit_load_index(golden, &g);
+    if (ng < 0) fprintf(stderr, "kvcompress: no golden data at %s: golden cases skipped\n", golden);
+    for (int i = 0; i < ng; i++) {
+        char msg[512] = "";
+        kvc_case c;
+        int bad = 0;
+        if (kvc_case_generate(&g[i].params, threads, &c) != KVC_OK) {
+            snprintf(msg, sizeof msg, "generate: %s", kvc_last_error_message());
+            bad = 1;
+        }
+        if (!bad && kvc_kit_check_inputs(&g[i], &c, msg, sizeof msg)) bad = 1;
+        bench_result r;
+        memset(&r, 0, sizeof r);
+        if (!bad) {
+            kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, 7);
+            if (gpu) {
+                if (kvc_bench_cuda_case(&c, 1, &r) != 0) {
+                    snprintf(msg, sizeof msg, "%s: %s", kvc_status_string(r.status), r.message);
+                    bad = 1;
+                }
+            } else {
+                kvc_exec ex;
+                kvc_exec_init(&ex);
+                ex.backend = KVC_BACKEND_CPU;
+                ex.num_threads = threads;
+                kvc_status st = kvc_compress(&c.args, &ex, NULL);
+                if (st != KVC_OK) {
+                    snprintf(msg, sizeof msg, "%s: %s", kvc_status_string(st), kvc_last_error_message());
+                    bad = 1;
+                }
+            }
+        }
+        uint8_t *rows = NULL, *canon = NULL, *ref = NULL;
+        if (!bad) {
+            char path[4096];
+            size_t len = 0;
+            rows = malloc((size_t)c.args.num_outputs * KVC_SLOT_BYTES + 1);
+            for (int64_t o = 0; o < c.args.num_outputs; o++) kvc_kit_slot_row(&c.args, o, rows + o * KVC_SLOT_BYTES);
+            snprintf(path, sizeof path, "%s/%s/%s.canon.bin", golden, g[i].dir, g[i].name);
+            canon = kvc_kit_read_file(path, &len);
+            if (!canon || len != (size_t)c.args.num_outputs * KVC_SLOT_BYTES ||
+                memcmp(rows, canon, len) != 0) {
+                snprintf(msg, sizeof msg, "bytes differ from %s", path);
+                bad = 1;
+            }
+            if (!bad && g[i].has_ref) {
+                snprintf(path, sizeof path, "%s/%s/%s.ref.bin", golden, g[i].dir, g[i].name);
+                ref = kvc_kit_read_file(path, &len);
+                int64_t differ;
+                if (!ref || kvc_kit_conforms(rows, ref, c.args.num_outputs, g[i].params.nope_format != 0, &differ,
+                                             msg, sizeof msg))
+                    bad = 1;
+            }
+        }
+        printf("%-4s golden %-58s %s\n", bad ? "FAIL" : "ok", g[i].name, msg);
+        bad ? failed++ : passed++;
+        free(rows);
+        free(canon);
+        free(ref);
+        kvc_case_free(&c);
+    }
+    free(g);
+    /* random shapes: exact against the CPU backend */
+    static const long long Cs[] = {1, 3, 8, 100, 128, 256, 512, 1000}, bss[] = {1, 7, 8, 16, 64}, Ss[] = {1, 2, 64};
+    for (int i = 0; i < nrandom; i++) {
+        kvc_case_params p;
+        memset(&p, 0, sizeof p);
+        uint64_t u = kvc_rand_u64(4242, 7, (uint64_t)i);
+        p.compress_ratio = Cs[u % 8];
+        p.block_size = bss[(u >> 8) % 5];
+        p.kv_block_size = Ss[(u >> 16) % 3];
+        p.num_reqs = 1 + (int64_t)((u >> 24) % 3);
+        p.total_tokens = p.num_reqs * (p.compress_ratio * (int64_t)(1 + (u >> 32) % 4) + (int64_t)((u >> 40) % 7));
+        p.shuffle = (int)((u >> 48) & 1);
+        p.nope_format = (kvc_nope_format)((u >> 49) & 1);
+        p.cos_sin_layout = (kvc_cos_sin_layout)((u >> 50) & 1);
+        p.overlap = p.compress_ratio <= 100 && ((u >> 51) & 1) ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
+        p.seed = 5000 + (uint64_t)i;
+        char name[128], msg[256] = "";
+        snprintf(name, sizeof name, "random C=%lld block=%lld S=%lld reqs=%lld tokens=%lld %s %s%s",
+                 (long long)p.compress_ratio, (long long)p.block_size, (long long)p.kv_block_size,
+                 (long long)p.num_reqs, (long long)p.total_tokens, p.shuffle ? "shuffle" : "contig",
+                 p.nope_format ? "fp8" : "int8", p.overlap ? " overlap" : "");
+        kvc_case c;
+        int bad = kvc_case_generate(&p, threads, &c) != KVC_OK;
+        if (bad) snprintf(msg, sizeof msg, "%s", kvc_last_error_message());
+        uint8_t *ref = bad ? NULL : cpu_reference_rows(&c, 1, 1);
+        if (!bad && !ref) {
+            snprintf(msg, sizeof msg, "CPU: %s", kvc_last_error_message());
+            bad = 1;
+        }
+        if (!bad) {
+            kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, 9);
+            bench_result r;
+            memset(&r, 0, sizeof r);
+            if (gpu) bad = kvc_bench_cuda_case(&c, 1, &r) != 0;
+            else {
+                kvc_exec ex;
+                kvc_exec_init(&ex);
+                ex.backend = KVC_BACKEND_CPU;
+                ex.num_threads = threads;
+                bad = kvc_compress(&c.args, &ex, NULL) != KVC_OK;
+                snprintf(r.message, sizeof r.message, "%s", kvc_last_error_message());
+            }
+            if (bad) snprintf(msg, sizeof msg, "%s", r.message);
+            else bad = compare_rows(&c, ref, msg, sizeof msg);
+        }
+        printf("%-4s %s %s\n", bad ? "FAIL" : "ok", name, msg);
+        bad ? failed++ : passed++;
+        free(ref);
+        if (c.state_cache) kvc_case_free(&c);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(USAGE_MAIN, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(USAGE_MAIN, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("kvcompress %s\n", kvc_version_string());
+        return 0;
+    }
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "verify")) return cmd_verify(argc - 2, argv + 2);
+    return usage_error("unknown command '%s' (kvcompress --help lists commands)", cmd);
+}
