@@ -44,19 +44,31 @@ def lines():
             yield "\t".join("%s=%s" % kv for kv in fields.items())
 
 
+def probe_lines():
+    """fp8_probe of the engine manifest: value, then the byte the reference's cast gives."""
+    with open(os.path.join(GOLDEN, "engine", "manifest.json")) as f:
+        probe = json.load(f)["fp8_probe"]
+    for v, b in zip(probe["values"], probe["bytes"]):
+        yield "%s\t%d" % (float(v).hex(), b)
+
+
 def main():
-    text = "".join(l + "\n" for l in lines())
-    path = os.path.join(GOLDEN, "cases.tsv")
+    files = {
+        os.path.join(GOLDEN, "cases.tsv"): "".join(l + "\n" for l in lines()),
+        os.path.join(GOLDEN, "fp8_probe.tsv"): "".join(l + "\n" for l in probe_lines()),
+    }
     if len(sys.argv) > 1 and sys.argv[1] == "--check":
-        with open(path) as f:
-            if f.read() != text:
-                print("cases.tsv is stale: run tests/data/make_index.py", file=sys.stderr)
-                return 1
-        print("cases.tsv matches the manifests")
+        for path, text in files.items():
+            with open(path) as f:
+                if f.read() != text:
+                    print(path, "is stale: run tests/data/make_index.py", file=sys.stderr)
+                    return 1
+        print("index files match the manifests")
         return 0
-    with open(path, "w") as f:
-        f.write(text)
-    print("wrote", path)
+    for path, text in files.items():
+        with open(path, "w") as f:
+            f.write(text)
+        print("wrote", path)
     return 0
 
 

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Quick start 2: build and run every test (CTest: C tests, golden bytes, CLI,
+# OpenCL on PoCL where present; GPU tests skip cleanly without a GPU).
+set -eu
+cd "$(dirname "$0")/.."
+KVC_WANT_OPENCL=${KVC_WANT_OPENCL:-0} scripts/setup-deps.sh || KVC_WANT_OPENCL=0 scripts/setup-deps.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$(nproc)"
+ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"

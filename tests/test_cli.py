@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Runs the kvcompress binary: help, version, usage errors (exit 2), a quick
+CPU bench with JSON output parsed and checked, verify on the golden data.
+usage: test_cli.py PATH_TO_KVCOMPRESS"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+exe = sys.argv[1]
+failures = 0
+
+
+def run(*args):
+    p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check(cond, what):
+    global failures
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures += 1
+
+
+rc, out, err = run("--help")
+check(rc == 0 and "bench" in out and "verify" in out, "--help lists the commands")
+for cmd in ("bench", "verify", "info"):
+    rc, out, _ = run(cmd, "--help")
+    check(rc == 0 and out.startswith("usage: kvcompress " + cmd), f"{cmd} --help")
+rc, out, _ = run("--version")
+check(rc == 0 and out.startswith("kvcompress "), "--version")
+for args, frag in [((), "usage"), (("frobnicate",), "unknown command"),
+                   (("bench", "--layout", "diagonal"), "--layout diagonal"),
+                   (("bench", "--repeat"), "needs a value"),
+                   (("bench", "--cases", "tokens=abc,C=4"), "expected an integer"),
+                   (("bench", "--wat"), "unknown option"),
+                   (("verify", "--random", "-3"), "--random")]:
+    rc, out, err = run(*args)
+    check(rc == 2 and frag in err and len(err.strip().splitlines()) == 1 or (args == () and rc == 2),
+          f"usage error {args!r} -> exit 2 with one line naming it (got {rc}: {err.strip()[:80]})")
+rc, out, _ = run("info")
+check(rc == 0 and "cpu" in out and "usable" in out, "info")
+
+with tempfile.TemporaryDirectory() as d:
+    js = os.path.join(d, "b.json")
+    rc, out, err = run("bench", "--backend", "cpu", "--cases", "quick", "--layout", "both", "--repeat", "2",
+                       "--json", js)
+    check(rc == 0, f"quick bench exits 0 ({err.strip()[:200]})")
+    data = json.load(open(js))
+    cases = data["cases"]
+    check(data["backend"] == "cpu" and data["read_bw_gbs"] > 0, "json header: backend and read bandwidth")
+    check(len(cases) == 6, f"6 quick cases (contig + shuffle), got {len(cases)}")
+    check(all(c["check"] == "ok" for c in cases), "every case checked ok against the CPU bytes")
+    for c in cases:
+        want_bytes = c["outputs"] * c["C"] * 4096 + c["outputs"] * 584
+        check(abs(c["bytes"] - want_bytes) < 1 and c["median_us"] > 0 and
+              abs(c["gbs"] - c["bytes"] / c["median_us"] / 1e3) < 1e-3 * c["gbs"] + 1e-6,
+              f"{c['name']} {c['layout']}: bytes, time and GB/s consistent")
+    check(sum(1 for l in out.splitlines() if l.startswith("r")) == 6, "one table row per case")
+
+rc, out, err = run("bench", "--backend", "cpu", "--cases", "reqs=1,tokens=64,C=4,block=4,overlap=1,format=fp8",
+                   "--layout", "contig", "--repeat", "1", "--cos-sin", "interleaved")
+check(rc == 0 and "ok" in out, "bench on a spec with engine formats")
+
+rc, out, err = run("verify", "--backend", "cpu", "--random", "6")
+last = out.strip().splitlines()[-1] if out.strip() else ""
+check(rc == 0 and last.endswith("0 failed") and last.startswith("51 passed"),
+      f"verify: 45 golden + 6 random pass ({last})")
+
+print("FAILED" if failures else "passed", f"({failures} failures)")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,332 @@
+/*
+ * test_semantics -- SPEC 2 and the shapes the CPU backend must support:
+ *  - batch invariance / determinism: 1, 2, 3, 7 threads; outputs reversed,
+ *    shuffled, a subset -> identical bytes per output;
+ *  - in place: poisoned kv_cache, bytes outside written slots unchanged, pad 0;
+ *  - padding (slot < 0) skipped and counted;
+ *  - non-finite inputs (NaN value, NaN score, +Inf score, a dimension with all
+ *    -Inf scores -> non-finite slot; some -Inf scores -> a normal slot);
+ *  - shapes against the naive reference: C in {1,3,8,100,128,256,512,1000},
+ *    block_size {1,7,8,16,64}, kv_block_size {1,2,64}, strided state_cache /
+ *    block_table / kv_cache / cos_sin views, a request's later chunk
+ *    (positions not starting at 0), slots scattered over pages, FP8, overlap,
+ *    interleaved cos/sin.
+ * usage: test_semantics [backend=cpu|cuda|opencl]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvc_kit.h"
+#include "kvcompress_rand.h"
+#include "ref_naive.h"
+#include "test_util.h"
+
+static kvc_backend g_backend = KVC_BACKEND_CPU;
+
+static kvc_status run(const kvc_args *a, int threads, kvc_report *rep) {
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = g_backend;
+    ex.num_threads = threads;
+    return tu_run(a, &ex, rep);
+}
+
+static int gen(kvc_case *c, int64_t reqs, int64_t tokens, int64_t C, int64_t bs, int shuffle, uint64_t seed) {
+    kvc_case_params p;
+    memset(&p, 0, sizeof p);
+    p.num_reqs = reqs;
+    p.total_tokens = tokens;
+    p.compress_ratio = C;
+    p.block_size = bs;
+    p.shuffle = shuffle;
+    p.seed = seed;
+    kvc_status st = kvc_case_generate(&p, 0, c);
+    TU_CHECK(st == KVC_OK, "generate: %s", kvc_last_error_message());
+    return st == KVC_OK;
+}
+
+/* Rows (by output) of the last run. */
+static uint8_t *rows_of(const kvc_args *a) {
+    uint8_t *rows = malloc((size_t)a->num_outputs * 584 + 1);
+    for (int64_t o = 0; o < a->num_outputs; o++) {
+        int64_t slot = a->kv_slot_mapping[a->boundary_token_indices[o]];
+        if (slot >= 0) kvc_kit_slot_row(a, slot, rows + o * 584);
+        else memset(rows + o * 584, 0, 584);
+    }
+    return rows;
+}
+
+static void test_invariance(void) {
+    kvc_case c;
+    if (!gen(&c, 3, 3 * 1280, 128, 8, 1, 11)) return;
+    kvc_args a = c.args;
+    TU_CHECK(run(&a, 1, NULL) == KVC_OK, "1 thread");
+    uint8_t *ref = rows_of(&a);
+    const int threads[3] = {2, 3, 7};
+    for (int t = 0; t < 3; t++) {
+        kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, (uint64_t)t);
+        TU_CHECK(run(&a, threads[t], NULL) == KVC_OK, "%d threads", threads[t]);
+        uint8_t *got = rows_of(&a);
+        TU_CHECK(memcmp(got, ref, (size_t)a.num_outputs * 584) == 0, "%d threads: bytes differ from 1 thread",
+                 threads[t]);
+        free(got);
+    }
+    /* reversed, shuffled, subset */
+    int64_t n = a.num_outputs;
+    int64_t *order = malloc(sizeof(int64_t) * (size_t)n);
+    for (int mode = 0; mode < 3; mode++) {
+        int64_t m = 0;
+        for (int64_t o = 0; o < n; o++) order[o] = o;
+        if (mode == 0)
+            for (int64_t o = 0; o < n; o++) order[o] = n - 1 - o;
+        if (mode == 1)
+            for (int64_t i = n - 1; i > 0; i--) {
+                int64_t j = (int64_t)(kvc_rand_u64(3, 3, (uint64_t)i) % (uint64_t)(i + 1));
+                int64_t t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+        int64_t *bidx = malloc(sizeof(int64_t) * (size_t)n);
+        for (int64_t o = 0; o < n; o++)
+            if (mode != 2 || o % 3 == 1) bidx[m++] = c.boundary_token_indices[order[o]];
+        kvc_args b = a;
+        b.boundary_token_indices = bidx;
+        b.num_outputs = m;
+        kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, 100 + (uint64_t)mode);
+        uint8_t *before = tu_dup(c.kv_cache, c.kv_cache_bytes);
+        TU_CHECK(run(&b, 2, NULL) == KVC_OK, "order mode %d", mode);
+        for (int64_t k = 0; k < m; k++) {
+            int64_t o = (mode == 2) ? 3 * k + 1 : order[k];
+            uint8_t row[584];
+            kvc_kit_slot_row(&b, c.kv_slot_mapping[bidx[k]], row);
+            if (memcmp(row, ref + o * 584, 584) != 0) {
+                TU_CHECK(0, "order mode %d: output %lld differs", mode, (long long)o);
+                break;
+            }
+        }
+        char msg[256];
+        TU_CHECK(!tu_check_untouched(&b, before, c.kv_cache, msg, sizeof msg), "mode %d: %s", mode, msg);
+        free(before);
+        free(bidx);
+    }
+    free(order);
+    free(ref);
+    kvc_case_free(&c);
+}
+
+static void test_in_place_and_padding(void) {
+    kvc_case c;
+    if (!gen(&c, 2, 2 * 512, 64, 8, 1, 12)) return;
+    /* leave some slots unused and pad some outputs */
+    c.args.num_pages = 2;
+    c.args.kv_block_size = 16;
+    c.args.page_stride = 16 * 584 + 13;
+    size_t bytes = (size_t)(c.args.num_pages * c.args.page_stride);
+    uint8_t *kv = malloc(bytes);
+    kvc_kit_poison(kv, bytes, 5);
+    c.args.kv_cache = kv;
+    int64_t pads = 0;
+    for (int64_t o = 0; o < c.args.num_outputs; o++) {
+        int64_t b = c.boundary_token_indices[o];
+        if (o % 4 == 3) {
+            c.kv_slot_mapping[b] = -1 - o;
+            pads++;
+        } else {
+            c.kv_slot_mapping[b] = 31 - o; /* reversed, scattered over both pages */
+        }
+    }
+    uint8_t *before = tu_dup(kv, bytes);
+    kvc_report rep;
+    TU_CHECK(run(&c.args, 0, &rep) == KVC_OK, "run: %s", kvc_last_error_message());
+    if (g_backend == KVC_BACKEND_CPU)
+        TU_CHECK(rep.outputs_padding == pads && rep.outputs_written == c.args.num_outputs - pads,
+                 "report padding %lld written %lld", (long long)rep.outputs_padding, (long long)rep.outputs_written);
+    char msg[256];
+    TU_CHECK(!tu_check_untouched(&c.args, before, kv, msg, sizeof msg), "%s", msg);
+    for (int64_t o = 0; o < c.args.num_outputs; o++) {
+        int64_t slot = c.kv_slot_mapping[c.boundary_token_indices[o]];
+        if (slot < 0) continue;
+        uint8_t row[584], want[584];
+        kvc_kit_slot_row(&c.args, slot, row);
+        ref_output_row(&c.args, o, want);
+        TU_CHECK(row[583] == 0, "pad byte of slot %lld is %u", (long long)slot, row[583]);
+        TU_CHECK(memcmp(row, want, 584) == 0, "output %lld differs from the naive reference", (long long)o);
+    }
+    free(before);
+    free(kv);
+    kvc_case_free(&c);
+}
+
+/* Set element col of the state row of (req, pos). */
+static void poke(kvc_case *c, int64_t req, int64_t pos, int64_t col, float v) {
+    const kvc_args *a = &c->args;
+    int64_t g = c->block_table[req * a->blocks_per_req + pos / a->block_size];
+    c->state_cache[(g * a->block_size + pos % a->block_size) * a->state_width + col] = v;
+}
+
+static int is_nonfinite_row(const uint8_t *row) {
+    for (int i = 0; i < 448; i++)
+        if (row[i]) return 0;
+    for (int j = 0; j < 64; j++)
+        if (row[448 + 2 * j] != 0xC0 || row[449 + 2 * j] != 0x7F) return 0;
+    for (int g = 0; g < 7; g++)
+        if (row[576 + g] != 0xFF) return 0;
+    return row[583] == 0;
+}
+
+static void test_nonfinite(void) {
+    kvc_case c;
+    if (!gen(&c, 1, 8 * 32, 32, 8, 1, 13)) return; /* 8 outputs of 32 tokens */
+    poke(&c, 0, 3, 10, NAN);                /* output 0: NaN value        */
+    poke(&c, 0, 40, 512 + 7, NAN);          /* output 1: NaN score        */
+    poke(&c, 0, 70, 512 + 100, INFINITY);   /* output 2: +Inf score       */
+    for (int64_t pos = 96; pos < 128; pos++) poke(&c, 0, pos, 512 + 300, -INFINITY); /* output 3: all -Inf */
+    for (int64_t pos = 128; pos < 150; pos++) poke(&c, 0, pos, 512 + 5, -INFINITY);  /* output 4: some -Inf */
+    poke(&c, 0, 170, 20, INFINITY);         /* output 5: +Inf value */
+    kvc_report rep;
+    kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, 77);
+    TU_CHECK(run(&c.args, 0, &rep) == KVC_OK, "run: %s", kvc_last_error_message());
+    if (g_backend == KVC_BACKEND_CPU)
+        TU_CHECK(rep.outputs_nonfinite == 5, "report says %lld non-finite outputs, expected 5",
+                 (long long)rep.outputs_nonfinite);
+    const int expect[8] = {1, 1, 1, 1, 0, 1, 0, 0};
+    for (int o = 0; o < 8; o++) {
+        uint8_t row[584], want[584];
+        kvc_kit_slot_row(&c.args, o, row);
+        TU_CHECK(is_nonfinite_row(row) == expect[o], "output %d: non-finite slot %d, expected %d", o,
+                 is_nonfinite_row(row), expect[o]);
+        ref_output_row(&c.args, o, want);
+        TU_CHECK(memcmp(row, want, 584) == 0, "output %d differs from the naive reference", o);
+    }
+    kvc_case_free(&c);
+}
+
+/* Re-lay the case with strides, a later chunk of the request, scattered slots; compare with the naive reference. */
+static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t seed) {
+    kvc_case_params p;
+    memset(&p, 0, sizeof p);
+    p.num_reqs = 2;
+    int64_t per = C * (1 + (int64_t)(seed % 3)) + (int64_t)(seed % 5);
+    if (per < 2 * C) per = 2 * C;
+    p.total_tokens = 2 * per;
+    p.compress_ratio = C;
+    p.block_size = bs;
+    p.shuffle = 1;
+    p.seed = seed;
+    p.kv_block_size = S;
+    p.nope_format = (kvc_nope_format)(variant & 1);
+    p.cos_sin_layout = (kvc_cos_sin_layout)((variant >> 1) & 1);
+    p.overlap = (C <= 128 && (variant & 4)) ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
+    kvc_case c;
+    if (kvc_case_generate(&p, 0, &c) != KVC_OK) {
+        TU_CHECK(0, "generate C=%lld bs=%lld: %s", (long long)C, (long long)bs, kvc_last_error_message());
+        return;
+    }
+    kvc_args a = c.args;
+    const int64_t W = a.state_width;
+    /* strided state: stride_token = W + 16, stride_block = bs * (W + 16) + 48 */
+    int64_t st_tok = W + 16, st_blk = bs * st_tok + 48;
+    float *state = malloc(sizeof(float) * (size_t)(a.num_blocks * st_blk));
+    for (size_t i = 0; i < (size_t)(a.num_blocks * st_blk); i++) state[i] = NAN; /* gaps are poison */
+    for (int64_t g = 0; g < a.num_blocks; g++)
+        for (int64_t t = 0; t < bs; t++)
+            memcpy(state + g * st_blk + t * st_tok, c.state_cache + (g * bs + t) * W, sizeof(float) * (size_t)W);
+    a.state_cache = state;
+    a.state_stride_token = st_tok;
+    a.state_stride_block = st_blk;
+    /* block table with row stride bpr + 3 (garbage in the gap) */
+    int64_t bt = a.blocks_per_req + 3;
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)(a.num_reqs * bt));
+    for (int64_t i = 0; i < a.num_reqs * bt; i++) table[i] = -12345;
+    for (int64_t r = 0; r < a.num_reqs; r++)
+        memcpy(table + r * bt, c.block_table + r * a.blocks_per_req, sizeof(int32_t) * (size_t)a.blocks_per_req);
+    a.block_table = table;
+    a.block_table_stride = bt;
+    /* cos/sin rows with stride 80 */
+    float *cs = malloc(sizeof(float) * (size_t)(a.max_pos * 80));
+    for (int64_t r = 0; r < a.max_pos; r++) memcpy(cs + r * 80, c.cos_sin_cache + r * 64, 64 * sizeof(float));
+    a.cos_sin_cache = cs;
+    a.cos_sin_stride = 80;
+    /* a later chunk: only the tokens of request 1 from position C on */
+    int64_t first = per + C, ntok = p.total_tokens - first;
+    a.token_to_req = c.token_to_req + first;
+    a.positions = c.positions + first;
+    a.kv_slot_mapping = c.kv_slot_mapping + first;
+    a.num_tokens = ntok;
+    int64_t *bidx = malloc(sizeof(int64_t) * (size_t)(ntok + 1));
+    int64_t n = 0;
+    for (int64_t t = 0; t < ntok; t++)
+        if ((a.positions[t] + 1) % C == 0) bidx[n++] = t;
+    a.boundary_token_indices = bidx;
+    a.num_outputs = n;
+    /* scatter slots over 3 extra pages, page stride with a tail */
+    a.num_pages = (n + S - 1) / S + 3;
+    a.page_stride = S * 584 + 24;
+    int64_t nslots = a.num_pages * S;
+    for (int64_t k = 0; k < n; k++)
+        c.kv_slot_mapping[first + bidx[k]] = (int64_t)((uint64_t)(k * 7919 + 13) % (uint64_t)nslots);
+    /* make the scatter injective: 7919 is prime, so use a permutation when nslots divides */
+    {
+        uint8_t *used = calloc((size_t)nslots, 1);
+        for (int64_t k = 0; k < n; k++) {
+            int64_t s = c.kv_slot_mapping[first + bidx[k]];
+            while (used[s]) s = (s + 1) % nslots;
+            used[s] = 1;
+            c.kv_slot_mapping[first + bidx[k]] = s;
+        }
+        free(used);
+    }
+    size_t bytes = (size_t)(a.num_pages * a.page_stride);
+    uint8_t *kv = malloc(bytes);
+    kvc_kit_poison(kv, bytes, seed);
+    a.kv_cache = kv;
+    uint8_t *before = tu_dup(kv, bytes);
+    kvc_status st = run(&a, 0, NULL);
+    TU_CHECK(st == KVC_OK, "C=%lld bs=%lld S=%lld: %s", (long long)C, (long long)bs, (long long)S,
+             kvc_last_error_message());
+    int bad = 0;
+    if (getenv("KVC_TEST_VERBOSE"))
+        printf("shape C=%lld bs=%lld S=%lld variant %d: %lld outputs\n", (long long)C, (long long)bs, (long long)S,
+               variant, (long long)n);
+    TU_CHECK(n > 0, "C=%lld: the chunk has no outputs", (long long)C);
+    for (int64_t o = 0; st == KVC_OK && o < n && !bad; o++) {
+        uint8_t row[584], want[584];
+        kvc_kit_slot_row(&a, a.kv_slot_mapping[bidx[o]], row);
+        ref_output_row(&a, o, want);
+        if (memcmp(row, want, 584) != 0) {
+            TU_CHECK(0, "C=%lld bs=%lld S=%lld variant %d: output %lld differs from the naive reference",
+                     (long long)C, (long long)bs, (long long)S, variant, (long long)o);
+            bad = 1;
+        }
+    }
+    char msg[256];
+    TU_CHECK(!tu_check_untouched(&a, before, kv, msg, sizeof msg), "C=%lld bs=%lld: %s", (long long)C, (long long)bs,
+             msg);
+    free(before);
+    free(kv);
+    free(bidx);
+    free(cs);
+    free(table);
+    free(state);
+    kvc_case_free(&c);
+}
+
+int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "backend=", 8) && tu_parse_backend(argv[i] + 8, &g_backend)) return 2;
+    if (!kvc_backend_available(g_backend)) {
+        printf("SKIP: backend not available\n");
+        return TU_SKIP;
+    }
+    test_invariance();
+    test_in_place_and_padding();
+    test_nonfinite();
+    const int64_t Cs[] = {1, 3, 8, 100, 128, 256, 512, 1000}, bss[] = {1, 7, 8, 16, 64}, Ss[] = {1, 2, 64};
+    int k = 0;
+    for (int i = 0; i < 8; i++)
+        for (int j = 0; j < 5; j++, k++) shape_case(Cs[i], bss[j], Ss[k % 3], k % 8, 700 + (uint64_t)k);
+    printf("%s (%d failures)\n", tu_failures ? "FAILED" : "passed", tu_failures);
+    return tu_failures ? 1 : 0;
+}

@@ -1,0 +1,124 @@
+/*
+ * test_units -- the canonical arithmetic and kvc-rand, piece by piece:
+ * generator check values (SPEC 5), kexp properties and accuracy, bf16 RNE,
+ * exact ceil-log2 against log2 in double, e4m3 encoding against the
+ * reference's fp8_probe bytes, the tree split rule.
+ * usage: test_units GOLDEN_DIR
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvc_canon.h"
+#include "kvcompress_rand.h"
+#include "test_util.h"
+
+static float fbits(uint32_t u) { return kvc_host_float(u); }
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
+    /* SPEC 5 check values */
+    const uint64_t u_expect[3] = {0x5e41ab087439611eull, 0x86d6fd953217ae03ull, 0xbcd9dbb49673066bull};
+    for (int i = 0; i < 3; i++)
+        TU_CHECK(kvc_rand_u64(1, 0, (uint64_t)i) == u_expect[i], "u64(1,0,%d) = %016llx", i,
+                 (unsigned long long)kvc_rand_u64(1, 0, (uint64_t)i));
+    const double f_expect[3] = {0.3662991523742676, 0.7182693481445312, -3.575329303741455};
+    for (int i = 0; i < 3; i++)
+        TU_CHECK(fabs((double)kvc_rand_f32(1136, 0, (uint64_t)i) - f_expect[i]) < 1e-15, "f32(1136,0,%d) = %.17g", i,
+                 (double)kvc_rand_f32(1136, 0, (uint64_t)i));
+    {
+        const uint8_t b[9] = {1, 0, 0, 0, 0, 0, 0, 0, 2};
+        TU_CHECK(kvc_rand_checksum(b, 9) == 3, "checksum pads the last word with zeros");
+    }
+
+    /* kexp */
+    TU_CHECK(kvc_exp(0.0f) == 1.0f, "kexp(0) = %a", kvc_exp(0.0f));
+    TU_CHECK(kvc_exp(-INFINITY) == 0.0f, "kexp(-inf)");
+    TU_CHECK(kvc_exp(-87.5f) == 0.0f, "kexp(-87.5) = 0 (cutoff)");
+    TU_CHECK(isnan(kvc_exp(NAN)), "kexp(NaN) is NaN");
+    TU_CHECK(kvc_exp(-87.0f) > 0.0f, "kexp(-87) > 0");
+    double worst = 0;
+    for (float x = -87.0f; x <= 0.0f; x += 0.0009765625f) {
+        double want = exp((double)x), got = (double)kvc_exp(x);
+        double ulp = ldexp(1.0, ilogb(want) - 23);
+        double err = fabs(got - want) / ulp;
+        if (err > worst) worst = err;
+    }
+    TU_CHECK(worst <= 4.0, "kexp within 4 ulp of exp on [-87, 0]: worst %.2f", worst);
+    TU_CHECK(kvc_max(NAN, 1.0f) != kvc_max(NAN, 1.0f), "max(NaN, 1) is NaN");
+    TU_CHECK(isnan(kvc_max(1.0f, NAN)), "max(1, NaN) is NaN");
+    TU_CHECK(kvc_max(-INFINITY, 2.0f) == 2.0f, "max(-inf, 2)");
+
+    /* merge: all -Inf gives (m, 0, 0) */
+    {
+        float m = -INFINITY, d = 5, n = 7;
+        kvc_merge(&m, &d, &n, -INFINITY, 3, 4);
+        TU_CHECK(m == -INFINITY && d == 0 && n == 0, "merge of two dead states is (-inf, 0, 0)");
+        m = 0.0f, d = 1.0f, n = 2.0f;
+        kvc_merge(&m, &d, &n, 0.0f, 1.0f, 4.0f);
+        TU_CHECK(m == 0.0f && d == 2.0f && n == 6.0f, "merge of equal maxima adds");
+    }
+
+    /* bf16 RNE */
+    TU_CHECK(kvc_bf16_bits(1.0f) == 0x3F80, "bf16(1)");
+    TU_CHECK(kvc_bf16_bits(fbits(0x3F808000u)) == 0x3F80, "tie to even (down)");
+    TU_CHECK(kvc_bf16_bits(fbits(0x3F818000u)) == 0x3F82, "tie to even (up)");
+    TU_CHECK(kvc_bf16_bits(fbits(0x3F808001u)) == 0x3F81, "above tie rounds up");
+    TU_CHECK(kvc_bf16_bits(NAN) == 0x7FC0, "NaN -> 0x7FC0");
+    TU_CHECK(kvc_bf16_bits(fbits(0x7F7FFFFFu)) == 0x7F80, "FLT_MAX rounds to bf16 +Inf");
+    TU_CHECK(kvc_bf16_bits(-0.0f) == 0x8000, "-0 keeps its sign");
+
+    /* exact ceil log2 against double log2 on every bf16 value of the quantiser's range */
+    for (uint32_t h = 0x0001; h < 0x7F80; h++) {
+        float a = kvc_bf16_to_f32((uint16_t)h);
+        float amax = a > 0x1.a36e2ep-14f ? a : 0x1.a36e2ep-14f;
+        float p = amax * 0x1.020408p-7f;
+        int want = (int)ceil(log2((double)p));
+        if (kvc_group_exponent(a, 0) != want) {
+            TU_CHECK(0, "int8 exponent of bf16 0x%04x: %d, ceil(log2) %d", h, kvc_group_exponent(a, 0), want);
+            break;
+        }
+        /* ceil(log2(amax / 127)) as the statement computes it */
+        int stmt = (int)ceil(log2((double)(amax * (1.0f / 127.0f))));
+        if (kvc_group_exponent(a, 0) != stmt) {
+            TU_CHECK(0, "bf16 0x%04x: exponent %d differs from the statement's %d", h, kvc_group_exponent(a, 0), stmt);
+            break;
+        }
+    }
+    TU_CHECK(kvc_int8_code(-1.5f, 1.0f) == (uint8_t)-1, "int8 truncates toward zero, two's complement");
+    TU_CHECK(kvc_int8_code(200.0f, 1.0f) == 127, "int8 clamps");
+
+    /* e4m3 against the reference's probe bytes */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fp8_probe.tsv", argv[1]);
+    FILE *f = fopen(path, "r");
+    TU_CHECK(f != NULL, "cannot open %s", path);
+    int probes = 0;
+    if (f) {
+        char hex[64];
+        unsigned byte;
+        while (fscanf(f, "%63s %u", hex, &byte) == 2) {
+            float v = strtof(hex, NULL);
+            TU_CHECK(kvc_e4m3_code(v) == byte, "e4m3(%g) = 0x%02x, reference 0x%02x", (double)v, kvc_e4m3_code(v),
+                     byte);
+            probes++;
+        }
+        fclose(f);
+    }
+    TU_CHECK(probes >= 10, "fp8 probe has %d values", probes);
+    /* SPEC 7 examples */
+    TU_CHECK(kvc_e4m3_code(0x1p-10f) == 0x00 && kvc_e4m3_code(1.0625f) == 0x38 && kvc_e4m3_code(1.1875f) == 0x3A &&
+                 kvc_e4m3_code(19.0f) == 0x5A && kvc_e4m3_code(232.0f) == 0x76 && kvc_e4m3_code(448.0f) == 0x7E,
+             "SPEC 7 e4m3 examples");
+    TU_CHECK(kvc_e4m3_code(-0x1p-11f) == 0x80, "negative value rounding to zero keeps the sign");
+
+    /* tree split: largest power of two strictly below n */
+    const long long n_[] = {2, 3, 4, 5, 12, 13, 16, 17, 125};
+    const long long p_[] = {1, 2, 2, 4, 8, 8, 8, 16, 64};
+    for (int i = 0; i < 9; i++)
+        TU_CHECK(kvc_tree_split(n_[i]) == p_[i], "split(%lld) = %lld", n_[i], (long long)kvc_tree_split(n_[i]));
+
+    printf("%s (%d failures)\n", tu_failures ? "FAILED" : "passed", tu_failures);
+    return tu_failures ? 1 : 0;
+}

@@ -1,0 +1,159 @@
+/*
+ * test_validation -- every rule of SPEC 2.3: the status, a message naming the
+ * argument / index / value, and (CPU) kv_cache untouched.  Also kvc_validate
+ * alone, status strings, and that padding outputs are not validated beyond
+ * their boundary index.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvc_kit.h"
+#include "kvcompress_rand.h"
+#include "test_util.h"
+
+static kvc_case g_case;
+static uint8_t *g_before;
+
+typedef void (*mutator)(kvc_args *a, kvc_case *c);
+
+/* Each rule: mutate a fresh copy of a valid case, expect status + message fragment. */
+static void expect(const char *what, mutator mut, kvc_status want, const char *fragment) {
+    kvc_case *c = &g_case;
+    /* restore the case's index tensors */
+    kvc_case_params p;
+    memset(&p, 0, sizeof p);
+    kvc_case_free(c);
+    p.num_reqs = 2;
+    p.total_tokens = 512;
+    p.compress_ratio = 64;
+    p.block_size = 8;
+    p.shuffle = 1;
+    p.seed = 21;
+    p.kv_block_size = 2;
+    if (kvc_case_generate(&p, 1, c) != KVC_OK) {
+        TU_CHECK(0, "generate");
+        return;
+    }
+    kvc_kit_poison(c->kv_cache, c->kv_cache_bytes, 1);
+    free(g_before);
+    g_before = tu_dup(c->kv_cache, c->kv_cache_bytes);
+    kvc_args a = c->args;
+    mut(&a, c);
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_CPU;
+    kvc_status v = kvc_validate(&a);
+    char vmsg[1024];
+    snprintf(vmsg, sizeof vmsg, "%s", kvc_last_error_message());
+    kvc_status st = kvc_compress(&a, &ex, NULL);
+    const char *msg = kvc_last_error_message();
+    TU_CHECK(st == want, "%s: status %s, expected %s (%s)", what, kvc_status_string(st), kvc_status_string(want), msg);
+    TU_CHECK(v == want, "%s: kvc_validate gave %s", what, kvc_status_string(v));
+    TU_CHECK(strstr(msg, fragment) != NULL, "%s: message '%s' lacks '%s'", what, msg, fragment);
+    TU_CHECK(strcmp(vmsg, msg) == 0, "%s: validate and compress messages differ: '%s' / '%s'", what, vmsg, msg);
+    TU_CHECK(memcmp(g_before, c->kv_cache, c->kv_cache_bytes) == 0, "%s: kv_cache was written", what);
+    printf("ok   %-34s %s\n", what, msg);
+}
+
+static int64_t B(kvc_case *c, int o) { return c->boundary_token_indices[o]; }
+
+static void m_null_state(kvc_args *a, kvc_case *c) { (void)c; a->state_cache = NULL; }
+static void m_null_slots(kvc_args *a, kvc_case *c) { (void)c; a->kv_slot_mapping = NULL; }
+static void m_width(kvc_args *a, kvc_case *c) { (void)c; a->state_width = 2048; }
+static void m_c0(kvc_args *a, kvc_case *c) { (void)c; a->compress_ratio = 0; }
+static void m_bs0(kvc_args *a, kvc_case *c) { (void)c; a->block_size = 0; }
+static void m_S0(kvc_args *a, kvc_case *c) { (void)c; a->kv_block_size = 0; }
+static void m_page(kvc_args *a, kvc_case *c) { (void)c; a->page_stride = 584 * 2 - 1; }
+static void m_fmt(kvc_args *a, kvc_case *c) { (void)c; a->nope_format = (kvc_nope_format)7; }
+static void m_ovl(kvc_args *a, kvc_case *c) { (void)c; a->overlap = (kvc_overlap)3; }
+static void m_cs(kvc_args *a, kvc_case *c) { (void)c; a->cos_sin_layout = (kvc_cos_sin_layout)9; }
+static void m_eps(kvc_args *a, kvc_case *c) { (void)c; a->rms_norm_eps = NAN; }
+static void m_eps_neg(kvc_args *a, kvc_case *c) { (void)c; a->rms_norm_eps = -1.0f; }
+static void m_neg_blocks(kvc_args *a, kvc_case *c) { (void)c; a->num_blocks = -1; }
+static void m_tok_stride(kvc_args *a, kvc_case *c) { (void)c; a->state_stride_token = 1000; }
+static void m_cs_stride(kvc_args *a, kvc_case *c) { (void)c; a->cos_sin_stride = 32; }
+static void m_overflow(kvc_args *a, kvc_case *c) { (void)c; a->num_pages = INT64_MAX / 2; }
+static void m_b_neg(kvc_args *a, kvc_case *c) { c->boundary_token_indices[5] = -1; (void)a; }
+static void m_b_big(kvc_args *a, kvc_case *c) { c->boundary_token_indices[5] = a->num_tokens; }
+static void m_req(kvc_args *a, kvc_case *c) { c->token_to_req[B(c, 3)] = 2; (void)a; }
+static void m_req_neg(kvc_args *a, kvc_case *c) { c->token_to_req[B(c, 3)] = -1; (void)a; }
+static void m_pos(kvc_args *a, kvc_case *c) { c->positions[B(c, 2)] = 3; (void)a; }
+static void m_logical(kvc_args *a, kvc_case *c) { (void)c; a->blocks_per_req = 20; a->block_table_stride = 32; }
+static void m_phys(kvc_args *a, kvc_case *c) { (void)a; c->block_table[1 * 32 + 9] = 64; }
+static void m_phys_neg(kvc_args *a, kvc_case *c) { (void)a; c->block_table[0 * 32 + 2] = -3; }
+static void m_maxpos(kvc_args *a, kvc_case *c) { (void)c; a->max_pos = 150; }
+static void m_slot(kvc_args *a, kvc_case *c) { c->kv_slot_mapping[B(c, 4)] = a->num_pages * a->kv_block_size; }
+static void m_dup(kvc_args *a, kvc_case *c) { (void)a; c->kv_slot_mapping[B(c, 6)] = c->kv_slot_mapping[B(c, 1)]; }
+static void m_backend(kvc_args *a, kvc_case *c) { (void)a; (void)c; }
+
+int main(void) {
+    memset(&g_case, 0, sizeof g_case);
+    expect("state_cache NULL", m_null_state, KVC_ERROR_NULL_POINTER, "state_cache = NULL");
+    expect("kv_slot_mapping NULL", m_null_slots, KVC_ERROR_NULL_POINTER, "kv_slot_mapping = NULL");
+    expect("state width vs overlap", m_width, KVC_ERROR_BAD_SHAPE, "state_width = 2048 != 1024");
+    expect("compress_ratio 0", m_c0, KVC_ERROR_BAD_PARAMETER, "compress_ratio = 0 < 1");
+    expect("block_size 0", m_bs0, KVC_ERROR_BAD_PARAMETER, "block_size = 0 < 1");
+    expect("kv_block_size 0", m_S0, KVC_ERROR_BAD_PARAMETER, "kv_block_size = 0 < 1");
+    expect("page_stride too small", m_page, KVC_ERROR_BAD_SHAPE, "page_stride = 1167 < 584 * kv_block_size = 1168");
+    expect("nope_format", m_fmt, KVC_ERROR_BAD_PARAMETER, "nope_format = 7");
+    expect("overlap", m_ovl, KVC_ERROR_BAD_PARAMETER, "overlap = 3");
+    expect("cos_sin_layout", m_cs, KVC_ERROR_BAD_PARAMETER, "cos_sin_layout = 9");
+    expect("eps NaN", m_eps, KVC_ERROR_BAD_PARAMETER, "rms_norm_eps");
+    expect("eps negative", m_eps_neg, KVC_ERROR_BAD_PARAMETER, "rms_norm_eps = -1");
+    expect("num_blocks negative", m_neg_blocks, KVC_ERROR_BAD_SHAPE, "num_blocks = -1 < 0");
+    expect("state_stride_token < width", m_tok_stride, KVC_ERROR_BAD_SHAPE, "state_stride_token = 1000 < state_width");
+    expect("cos_sin_stride < 64", m_cs_stride, KVC_ERROR_BAD_SHAPE, "cos_sin_stride = 32 < 64");
+    expect("extent overflow", m_overflow, KVC_ERROR_BAD_SHAPE, "overflow");
+    expect("boundary index -1", m_b_neg, KVC_ERROR_INDEX_OUT_OF_RANGE, "boundary_token_indices[5] = -1 outside [0, num_tokens = 512)");
+    expect("boundary index = num_tokens", m_b_big, KVC_ERROR_INDEX_OUT_OF_RANGE, "boundary_token_indices[5] = 512");
+    expect("request = num_reqs", m_req, KVC_ERROR_INDEX_OUT_OF_RANGE, "token_to_req[boundary_token_indices[3]] = 2 outside [0, num_reqs = 2)");
+    expect("request negative", m_req_neg, KVC_ERROR_INDEX_OUT_OF_RANGE, "token_to_req[boundary_token_indices[3]] = -1");
+    expect("window before position 0", m_pos, KVC_ERROR_INDEX_OUT_OF_RANGE, "positions[boundary_token_indices[2]] = 3 < compress_ratio - 1 = 63");
+    expect("logical block >= blocks_per_req", m_logical, KVC_ERROR_INDEX_OUT_OF_RANGE, ">= blocks_per_req = 20");
+    expect("physical block = num_blocks", m_phys, KVC_ERROR_INDEX_OUT_OF_RANGE, "][9] = 64 outside [0, num_blocks = 64)");
+    expect("physical block negative", m_phys_neg, KVC_ERROR_INDEX_OUT_OF_RANGE, "][2] = -3 outside");
+    expect("cos/sin row >= max_pos", m_maxpos, KVC_ERROR_INDEX_OUT_OF_RANGE, ">= max_pos = 150");
+    expect("slot past last page", m_slot, KVC_ERROR_INDEX_OUT_OF_RANGE, "kv_slot_mapping[boundary_token_indices[4]] = 8 >= num_pages * kv_block_size = 8");
+    expect("two outputs, one slot", m_dup, KVC_ERROR_DUPLICATE_SLOT, "is also the slot of output");
+    (void)m_backend;
+
+    /* a padded output is skipped even when its other indices are garbage */
+    {
+        kvc_case_params p;
+        memset(&p, 0, sizeof p);
+        p.num_reqs = 1, p.total_tokens = 256, p.compress_ratio = 64, p.block_size = 8, p.seed = 3;
+        kvc_case c;
+        TU_CHECK(kvc_case_generate(&p, 1, &c) == KVC_OK, "generate");
+        c.kv_slot_mapping[c.boundary_token_indices[1]] = -1;
+        c.positions[c.boundary_token_indices[1]] = -100;
+        kvc_report rep;
+        TU_CHECK(kvc_compress(&c.args, NULL, &rep) == KVC_OK, "padded output with garbage position: %s",
+                 kvc_last_error_message());
+        TU_CHECK(rep.outputs_padding == 1 && rep.outputs_written == 3, "report %lld padding %lld written",
+                 (long long)rep.outputs_padding, (long long)rep.outputs_written);
+        kvc_case_free(&c);
+    }
+    /* status strings and empty calls */
+    TU_CHECK(!strcmp(kvc_status_string(KVC_ERROR_DUPLICATE_SLOT), "KVC_ERROR_DUPLICATE_SLOT"), "status string");
+    TU_CHECK(!strcmp(kvc_status_string((kvc_status)99), "unknown kvc_status"), "unknown status string");
+    TU_CHECK(kvc_compress(NULL, NULL, NULL) == KVC_ERROR_NULL_POINTER, "NULL args");
+    {
+        kvc_args a;
+        kvc_args_init(&a);
+        a.compress_ratio = 4;
+        a.block_size = 8;
+        TU_CHECK(kvc_compress(&a, NULL, NULL) == KVC_OK, "zero outputs is a no-op: %s", kvc_last_error_message());
+        TU_CHECK(kvc_last_error_message()[0] == '\0', "message cleared after success");
+        kvc_exec ex;
+        kvc_exec_init(&ex);
+        ex.backend = (kvc_backend)42;
+        TU_CHECK(kvc_compress(&a, &ex, NULL) == KVC_ERROR_BAD_PARAMETER, "unknown backend refused");
+    }
+    TU_CHECK(kvc_version_number() == KVC_VERSION_NUMBER, "version");
+    kvc_case_free(&g_case);
+    free(g_before);
+    printf("%s (%d failures)\n", tu_failures ? "FAILED" : "passed", tu_failures);
+    return tu_failures ? 1 : 0;
+}
