@@ -51,6 +51,19 @@ int kvc_kit_conforms(const uint8_t *ours, const uint8_t *ref, int64_t n, int fp8
 /** Parse "reqs=8,tokens=131072,C=128,block=8,layout=shuffle,..." into params. @return 0 or -1. */
 int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t msglen);
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+/**
+ * Run host-resident args on the CUDA backend: copy every tensor to the
+ * device, run, read the status word, copy kv_cache back.  Returns the first
+ * device-side error as a status.  Only with KVC_KIT_WITH_CUDA.
+ */
+kvc_status kvc_kit_cuda_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds);
+#ifdef __cplusplus
+}
+#endif
+
 /** Fill `n` bytes with a deterministic non-zero pattern (poison). */
 void kvc_kit_poison(uint8_t *p, size_t n, uint64_t seed);
 

@@ -1,0 +1,234 @@
+/*
+ * kvc_kit_cuda.cu -- CUDA helpers for the CLI and the tests (not the library):
+ * run a host-resident kvc_args on the CUDA backend (copy in, run, copy the KV
+ * cache back), time a case with SPEC 6 (L2 flushed, device events, median),
+ * measure the device's read bandwidth the same way, print devices.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "bench_backend.h"
+#include "kvc_kit.h"
+
+#define CK(x)                                                                          \
+    do {                                                                               \
+        cudaError_t e_ = (x);                                                          \
+        if (e_ != cudaSuccess) {                                                       \
+            snprintf(g_err, sizeof g_err, "%s: %s", #x, cudaGetErrorString(e_));       \
+            goto fail;                                                                 \
+        }                                                                              \
+    } while (0)
+
+static char g_err[512];
+
+struct dev_args {
+    kvc_args d;         /* device pointers */
+    void *ptrs[9];
+    size_t kv_bytes;
+};
+
+static size_t span(int64_t n, int64_t stride, int64_t last) { return n <= 0 ? 0 : (size_t)((n - 1) * stride + last); }
+
+static void free_dev(dev_args *x) {
+    for (int i = 0; i < 9; i++)
+        if (x->ptrs[i]) cudaFree(x->ptrs[i]);
+    memset(x, 0, sizeof *x);
+}
+
+/* Copy every tensor of host args to the device. */
+static int to_device(const kvc_args *h, dev_args *x) {
+    memset(x, 0, sizeof *x);
+    x->d = *h;
+    int64_t W = h->state_width, st = h->state_stride_token ? h->state_stride_token : W;
+    int64_t sb = h->state_stride_block ? h->state_stride_block : h->block_size * st;
+    int64_t bt = h->block_table_stride ? h->block_table_stride : h->blocks_per_req;
+    int64_t cs = h->cos_sin_stride ? h->cos_sin_stride : 64;
+    int64_t ps = h->page_stride ? h->page_stride : h->kv_block_size * 584;
+    const void *src[9] = {h->state_cache, h->token_to_req, h->positions, h->kv_slot_mapping,
+                          h->boundary_token_indices, h->block_table, h->rms_norm_weight, h->cos_sin_cache,
+                          h->kv_cache};
+    size_t bytes[9] = {
+        4 * span(h->num_blocks, sb, span(h->block_size, st, W)), 4 * (size_t)h->num_tokens,
+        8 * (size_t)h->num_tokens, 8 * (size_t)h->num_tokens, 8 * (size_t)h->num_outputs,
+        4 * span(h->num_reqs, bt, h->blocks_per_req), 2 * 512, 4 * span(h->max_pos, cs, 64),
+        (size_t)(h->num_pages * ps)};
+    x->kv_bytes = bytes[8];
+    for (int i = 0; i < 9; i++) {
+        CK(cudaMalloc(&x->ptrs[i], bytes[i] ? bytes[i] : 16));
+        if (src[i] && bytes[i]) CK(cudaMemcpy(x->ptrs[i], src[i], bytes[i], cudaMemcpyHostToDevice));
+    }
+    x->d.state_cache = (const float *)x->ptrs[0];
+    x->d.token_to_req = (const int32_t *)x->ptrs[1];
+    x->d.positions = (const int64_t *)x->ptrs[2];
+    x->d.kv_slot_mapping = (const int64_t *)x->ptrs[3];
+    x->d.boundary_token_indices = (const int64_t *)x->ptrs[4];
+    x->d.block_table = (const int32_t *)x->ptrs[5];
+    x->d.rms_norm_weight = (const uint16_t *)x->ptrs[6];
+    x->d.cos_sin_cache = (const float *)x->ptrs[7];
+    x->d.kv_cache = (uint8_t *)x->ptrs[8];
+    return 0;
+fail:
+    free_dev(x);
+    return -1;
+}
+
+extern "C" kvc_status kvc_kit_cuda_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds) {
+    dev_args x;
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_CUDA;
+    kvc_status st;
+    if (to_device(a, &x) != 0) {
+        fprintf(stderr, "kvc_kit_cuda_run: %s\n", g_err);
+        return KVC_ERROR_DEVICE;
+    }
+    st = kvc_compress(&x.d, &ex, rep);
+    if (st == KVC_OK) {
+        kvc_device_status s;
+        st = kvc_cuda_read_status(&ex, &s);
+        if (ds) *ds = s;
+        if (st == KVC_OK && rep) {
+            rep->outputs_written = s.outputs_written;
+            rep->outputs_padding = s.outputs_padding;
+            rep->outputs_nonfinite = s.outputs_nonfinite;
+        }
+        if (st == KVC_OK && s.status != 0) st = (kvc_status)s.status;
+        if (x.kv_bytes && cudaMemcpy(a->kv_cache, x.d.kv_cache, x.kv_bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+            st = KVC_ERROR_DEVICE;
+    }
+    free_dev(&x);
+    return st;
+}
+
+/* L2 flush: write a buffer larger than L2. */
+static void *g_flush;
+static size_t g_flush_bytes;
+static void flush_l2(cudaStream_t s) {
+    if (!g_flush) {
+        int dev, l2 = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
+        g_flush_bytes = (size_t)(l2 > 0 ? l2 : 64 << 20) * 4;
+        if (cudaMalloc(&g_flush, g_flush_bytes) != cudaSuccess) g_flush = NULL;
+    }
+    if (g_flush) cudaMemsetAsync(g_flush, (int)(rand() & 0xFF), g_flush_bytes, s);
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+
+extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, bench_result *out) {
+    dev_args x;
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_CUDA;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    std::vector<double> t;
+    kvc_device_status s;
+    out->status = KVC_OK;
+    if (to_device(&c->args, &x) != 0) {
+        out->status = KVC_ERROR_DEVICE;
+        snprintf(out->message, sizeof out->message, "%s", g_err);
+        return -1;
+    }
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = -3; i < repeat; i++) { /* 3 warm-up calls */
+        flush_l2(0);
+        CK(cudaEventRecord(e0, 0));
+        kvc_status st = kvc_compress(&x.d, &ex, NULL);
+        CK(cudaEventRecord(e1, 0));
+        if (st != KVC_OK) {
+            out->status = st;
+            snprintf(out->message, sizeof out->message, "%s", kvc_last_error_message());
+            goto done;
+        }
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= 0) t.push_back(ms * 1e3);
+    }
+    if (kvc_cuda_read_status(&ex, &s) != KVC_OK || s.status != 0) {
+        out->status = s.status ? (kvc_status)s.status : KVC_ERROR_DEVICE;
+        snprintf(out->message, sizeof out->message, "device status: %s (check %d, output %lld, value %lld)",
+                 kvc_status_string(out->status), s.check, (long long)s.output, (long long)s.value);
+        goto done;
+    }
+    CK(cudaMemcpy(c->kv_cache, x.d.kv_cache, x.kv_bytes, cudaMemcpyDeviceToHost));
+    out->median_us = median(t);
+    out->min_us = t.empty() ? 0 : *std::min_element(t.begin(), t.end());
+    out->calls = (int)t.size();
+done:
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    free_dev(&x);
+    return out->status == KVC_OK ? 0 : -1;
+fail:
+    out->status = KVC_ERROR_DEVICE;
+    snprintf(out->message, sizeof out->message, "%s", g_err);
+    goto done;
+}
+
+__global__ void read_kernel(const float4 *p, size_t n, float *sink) {
+    float acc = 0.f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float4 v = __ldcs(p + i);
+        acc += v.x + v.y + v.z + v.w;
+    }
+    if (acc == 1234.5f) *sink = acc;
+}
+
+extern "C" double kvc_bench_cuda_read_bw(void) {
+    size_t bytes = (size_t)2 << 30;
+    float4 *p = NULL;
+    float *sink = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    std::vector<double> t;
+    int dev, sms = 132;
+    CK(cudaGetDevice(&dev));
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    CK(cudaMalloc(&p, bytes));
+    CK(cudaMalloc(&sink, 4));
+    CK(cudaMemset(p, 0x3c, bytes));
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = -3; i < 30; i++) {
+        flush_l2(0);
+        cudaEventRecord(e0, 0);
+        read_kernel<<<sms * 8, 512>>>(p, bytes / 16, sink);
+        cudaEventRecord(e1, 0);
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i >= 0) t.push_back(ms);
+    }
+    cudaFree(p);
+    cudaFree(sink);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return (double)bytes / (median(t) * 1e-3) / 1e9;
+fail:
+    fprintf(stderr, "read bandwidth: %s\n", g_err);
+    return -1;
+}
+
+extern "C" void kvc_bench_cuda_info(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("cuda: compiled in, no device\n");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        cudaDeviceProp p;
+        cudaGetDeviceProperties(&p, i);
+        printf("cuda device %d: %s, %.1f GiB, %d multiprocessors, sm_%d%d, L2 %d MiB\n", i, p.name,
+               (double)p.totalGlobalMem / (1 << 30), p.multiProcessorCount, p.major, p.minor, p.l2CacheSize >> 20);
+    }
+}
