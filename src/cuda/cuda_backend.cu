@@ -246,17 +246,19 @@ __device__ void finalize(const launch_params &P, const kvc_out_info &inf, const 
     uint8_t *scales = page + S * KVC_PAYLOAD_BYTES + s_in * KVC_SCALE_BYTES;
     uint8_t out[8];
     int nout = 0, e = 0;
+    /* bf16 and group amax on all 128 threads: the shuffles must not diverge
+     * (xor < 16 stays inside a 16-thread group; q >= 112 is RoPE, unused). */
+    float z[4], amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        kvc_u16 h = kvc_bf16_bits(y[j]);
+        if (q < 112) bad |= kvc_bf16_nonfinite(h);
+        z[j] = kvc_bf16_to_f32(h);
+        amax = fmaxf(amax, fabsf(z[j])); /* NaN only where bad is set */
+    }
+#pragma unroll
+    for (int k = 1; k < 16; k <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
     if (q < 112) { /* NOPE: groups of 16 threads */
-        float z[4], amax = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            kvc_u16 h = kvc_bf16_bits(y[j]);
-            bad |= kvc_bf16_nonfinite(h);
-            z[j] = kvc_bf16_to_f32(h);
-            amax = fmaxf(amax, fabsf(z[j])); /* NaN only where bad is set */
-        }
-#pragma unroll
-        for (int k = 1; k < 16; k <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
         e = kvc_group_exponent(amax, fp8);
 #pragma unroll
         for (int j = 0; j < 4; j++) out[j] = kvc_nope_code(z[j], e, fp8);
