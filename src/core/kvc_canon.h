@@ -97,8 +97,21 @@ KVC_FN float kvc_host_float(kvc_u32 u) { float f; memcpy(&f, &u, 4); return f; }
 
 /* ---- scalar building blocks -------------------------------------------- */
 
-/** NaN-propagating max: (a > b || a != a) ? a : b. */
-KVC_FN float kvc_max(float a, float b) { return ((a > b) | (a != a)) ? a : b; }
+/**
+ * NaN-propagating max: (a > b || a != a) ? a : b.  On sm_80+ one max.NaN
+ * instruction: it returns the canonical NaN instead of a's payload and may
+ * order +0/-0 differently; neither changes a byte (a NaN max always ends in
+ * the non-finite slot, and s - m and kexp(m' - m) are equal for m = +0/-0).
+ */
+KVC_FN float kvc_max(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return ((a > b) | (a != a)) ? a : b;
+#endif
+}
 
 /** 1 when f is NaN or +-Inf. */
 KVC_FN int kvc_nonfinite(float f) {
@@ -125,8 +138,10 @@ KVC_FN float kvc_exp(float x) {
      * below otherwise (the unsigned arithmetic is defined for any m). */
     kvc_u32 eb = ((KVC_BITS(m) - 0x4B400000u) + 127u) << 23;
     float res = KVC_MUL(q, KVC_FLOAT(eb));
-    res = (x < KVC_EXP_CUTOFF) ? 0.0f : res;
-    return (x != x) ? x : res;
+    /* x < -87 (and -Inf) gives 0.  A NaN x needs no select of its own: it
+     * flows through every operation above and res is a NaN, which is all the
+     * contract observes (any NaN ends in the non-finite slot). */
+    return (x < KVC_EXP_CUTOFF) ? 0.0f : res;
 }
 
 /**

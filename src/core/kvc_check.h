@@ -47,8 +47,10 @@ KVC_FN kvc_i64 kvc_window_first(kvc_i64 p, kvc_i64 C, int overlap) {
  * Run every index check of output o.  @return KVC_CHECK_NONE (inf filled;
  * inf->slot < 0 means padding, the other fields then unset) or the number of
  * the first failing check (inf->value holds the offending value).
+ * check_blocks = 0 skips the physical-block loop (a GPU checks each row's
+ * block where it loads it, in parallel, instead of one serial loop).
  */
-KVC_FN int kvc_check_output(const kvc_args *a, kvc_i64 o, kvc_out_info *inf) {
+KVC_FN int kvc_check_output(const kvc_args *a, kvc_i64 o, kvc_out_info *inf, int check_blocks) {
     kvc_i64 b = a->boundary_token_indices[o];
     inf->r = inf->p = inf->pc = inf->first = inf->aux = 0;
     inf->slot = -1;
@@ -72,7 +74,7 @@ KVC_FN int kvc_check_output(const kvc_args *a, kvc_i64 o, kvc_out_info *inf) {
     if (last >= a->blocks_per_req) return KVC_CHECK_LOGICAL_BLOCK;
     inf->first = kvc_window_first(p, C, a->overlap == KVC_OVERLAP_ON);
     const int32_t *row = a->block_table + r * a->block_table_stride;
-    for (kvc_i64 l = inf->first / bs; l <= last; l++) {
+    for (kvc_i64 l = inf->first / bs; check_blocks && l <= last; l++) {
         kvc_i64 g = row[l];
         if (g < 0 || g >= a->num_blocks) {
             inf->value = g;

@@ -151,7 +151,7 @@ kvc_status kvc_check_indices(const kvc_args *a, int64_t *padding) {
     }
     for (int64_t o = 0; o < a->num_outputs; o++) {
         kvc_out_info inf;
-        int c = kvc_check_output(a, o, &inf);
+        int c = kvc_check_output(a, o, &inf, 1);
         if (c != KVC_CHECK_NONE) {
             free(slots);
             return kvc_fail_check(a, c, o, inf.value, inf.aux);

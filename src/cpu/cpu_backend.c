@@ -167,7 +167,7 @@ static void *worker(void *arg) {
         long long o = atomic_fetch_add(&job->next, 1);
         if (o >= a->num_outputs) break;
         kvc_out_info inf;
-        kvc_check_output(a, o, &inf); /* already validated: fills b, r, p, slot, pc */
+        kvc_check_output(a, o, &inf, 0); /* already validated: fills b, r, p, slot, pc */
         if (inf.slot < 0) continue;
         nonfinite += compute_output(a, &inf, w->stack, w->sizes, w->cy, w->cy + D);
         written++;

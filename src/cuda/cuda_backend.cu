@@ -30,6 +30,7 @@
 #define DG 128        /* dimension groups (threads per lane)  */
 #define MAX_LANES 4   /* lanes per CTA -> at most 512 threads  */
 #define STACK_MAX 48  /* chunk-merge stack depth (any S < 2^47) */
+#define MAX_CHUNK_ROWS 128 /* rows of a chunk: 8 x ch, ch <= 16 */
 
 struct st4 {
     float m[4], d[4], n[4];
@@ -51,6 +52,7 @@ struct launch_params {
     long long nchunk;           /* chunks per output                             */
     long long ch;               /* full chunk size in segments (L * K)           */
     int lanes;                  /* L                                             */
+    int uniform;                /* all chunks full and nchunk a power of two <= 32 * L */
     int vec;                    /* 16-byte loads allowed (alignment)            */
 };
 
@@ -78,80 +80,77 @@ __device__ void chunk_of(long long nseg, long long ch, long long j, long long *s
     *size = 1;
 }
 
-/* Value and score float4 of window row i for dimension group q. */
-__device__ __forceinline__ void load_row(const launch_params &P, const kvc_out_info &inf, long long i, int q,
-                                         float4 &v, float4 &s) {
+/* Row addresses of the CTA's chunk, resolved once into shared memory so the
+ * hot loop has no division and no dependent block-table load:
+ * voff/soff = element offsets of the row's value / score float4 base, or -1
+ * for a masked (overlap, position < 0) row. */
+struct row_table {
+    long long voff[MAX_CHUNK_ROWS];
+    long long soff[MAX_CHUNK_ROWS];
+    int bad;               /* a row's physical block is out of range   */
+    long long bad_l, bad_g; /* its logical index and value              */
+};
+
+/* Resolve the chunk's rows (one thread per row, in parallel) and check each
+ * row's physical block: this is the device's half of the PHYSICAL_BLOCK
+ * check.  rt->bad must be 0 on entry. */
+__device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long long r0, int nrows, row_table *rt) {
     const kvc_args &a = P.a;
     const long long C = a.compress_ratio;
-    long long pos;
-    int vo, so;
-    if (a.overlap == KVC_OVERLAP_ON) {
-        if (i < C) {
-            pos = inf.p - 2 * C + 1 + i;
-            vo = 0;
-            so = 1024;
+    for (int t = threadIdx.x; t < nrows; t += blockDim.x) {
+        long long i = r0 + t, pos;
+        int vo, so;
+        if (a.overlap == KVC_OVERLAP_ON) {
+            int first = i < C;
+            pos = first ? inf.p - 2 * C + 1 + i : inf.p - C + 1 + (i - C);
+            vo = first ? 0 : 512;
+            so = first ? 1024 : 1536;
         } else {
-            pos = inf.p - C + 1 + (i - C);
-            vo = 512;
-            so = 1536;
+            pos = inf.p - C + 1 + i;
+            vo = 0;
+            so = 512;
         }
         if (pos < 0) {
-            v = make_float4(0.f, 0.f, 0.f, 0.f);
-            float ni = KVC_NEG_INF;
-            s = make_float4(ni, ni, ni, ni);
-            return;
+            rt->voff[t] = rt->soff[t] = -1;
+            continue;
         }
-    } else {
-        pos = inf.p - C + 1 + i;
-        vo = 0;
-        so = 512;
-    }
-    const long long blk = a.block_table[inf.r * a.block_table_stride + pos / a.block_size];
-    const float *row = a.state_cache + blk * a.state_stride_block + (pos % a.block_size) * a.state_stride_token;
-    if (P.vec) {
-        v = __ldcs(reinterpret_cast<const float4 *>(row + vo) + q);
-        s = __ldcs(reinterpret_cast<const float4 *>(row + so) + q);
-    } else {
-        const float *pv = row + vo + 4 * q, *ps = row + so + 4 * q;
-        v = make_float4(pv[0], pv[1], pv[2], pv[3]);
-        s = make_float4(ps[0], ps[1], ps[2], ps[3]);
+        const long long l = pos / a.block_size;
+        const long long blk = a.block_table[inf.r * a.block_table_stride + l];
+        if (blk < 0 || blk >= a.num_blocks) {
+            if (atomicCAS(&rt->bad, 0, 1) == 0) {
+                rt->bad_l = l;
+                rt->bad_g = blk;
+            }
+            rt->voff[t] = rt->soff[t] = -1;
+            continue;
+        }
+        const long long base = blk * a.state_stride_block + (pos - l * a.block_size) * a.state_stride_token;
+        rt->voff[t] = base + vo;
+        rt->soff[t] = base + so;
     }
 }
 
-/* One segment (rows [8 sg, min(rows, 8 sg + 8))) for 4 dims. */
-__device__ __forceinline__ st4 seg_reduce(const launch_params &P, const kvc_out_info &inf, long long sg, int q) {
+/* One segment: local rows [lr, lr + n) of the row table, 4 dims. */
+__device__ __forceinline__ st4 seg_reduce(const launch_params &P, const row_table *rt, int lr, int n, int q) {
     float4 v[KVC_SEG], s[KVC_SEG];
-    const long long r0 = sg * KVC_SEG;
-    const int n = (int)((P.rows - r0) < KVC_SEG ? (P.rows - r0) : KVC_SEG);
-    if (n == KVC_SEG && P.a.overlap == KVC_OVERLAP_OFF) {
-        /* fast path: one division for the segment, then step through rows */
-        const kvc_args &a = P.a;
-        long long pos = inf.p - a.compress_ratio + 1 + r0;
-        long long bi = pos / a.block_size, off = pos - bi * a.block_size;
-        const int32_t *trow = a.block_table + inf.r * a.block_table_stride;
-        const float *row = a.state_cache + (long long)trow[bi] * a.state_stride_block + off * a.state_stride_token;
+    const float *base = P.a.state_cache;
 #pragma unroll
-        for (int i = 0; i < KVC_SEG; i++) {
-            if (P.vec) {
-                v[i] = __ldcs(reinterpret_cast<const float4 *>(row) + q);
-                s[i] = __ldcs(reinterpret_cast<const float4 *>(row + 512) + q);
+    for (int i = 0; i < KVC_SEG; i++) {
+        if (i < n) {
+            const long long vo = rt->voff[lr + i], so = rt->soff[lr + i];
+            if (vo < 0) {
+                v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+                const float ni = KVC_NEG_INF;
+                s[i] = make_float4(ni, ni, ni, ni);
+            } else if (P.vec) {
+                v[i] = __ldcs(reinterpret_cast<const float4 *>(base + vo) + q);
+                s[i] = __ldcs(reinterpret_cast<const float4 *>(base + so) + q);
             } else {
-                const float *pv = row + 4 * q;
+                const float *pv = base + vo + 4 * q, *ps = base + so + 4 * q;
                 v[i] = make_float4(pv[0], pv[1], pv[2], pv[3]);
-                s[i] = make_float4(pv[512], pv[513], pv[514], pv[515]);
-            }
-            if (++off == a.block_size) {
-                off = 0;
-                ++bi;
-                if (i + 1 < KVC_SEG) row = a.state_cache + (long long)trow[bi] * a.state_stride_block;
-            } else {
-                row += a.state_stride_token;
+                s[i] = make_float4(ps[0], ps[1], ps[2], ps[3]);
             }
         }
-    } else {
-#pragma unroll
-        for (int i = 0; i < KVC_SEG; i++)
-            if (i < n) load_row(P, inf, r0 + i, q, v[i], s[i]);
     }
     st4 st;
     const float *sv0 = reinterpret_cast<const float *>(&s[0]);
@@ -175,7 +174,15 @@ __device__ __forceinline__ st4 seg_reduce(const launch_params &P, const kvc_out_
             const float *si = reinterpret_cast<const float *>(&s[i]);
             const float *vi = reinterpret_cast<const float *>(&v[i]);
 #pragma unroll
-            for (int j = 0; j < 4; j++) kvc_seg_step(st.m[j], si[j], vi[j], &st.d[j], &st.n[j]);
+            for (int j = 0; j < 4; j++) {
+#ifdef KVC_DIAG_HWEXP /* diagnostics only: hardware exp, NOT the contract */
+                float e = __expf(si[j] - st.m[j]);
+                st.d[j] += e;
+                st.n[j] += e * vi[j];
+#else
+                kvc_seg_step(st.m[j], si[j], vi[j], &st.d[j], &st.n[j]);
+#endif
+            }
         }
     }
 #pragma unroll
@@ -183,25 +190,29 @@ __device__ __forceinline__ st4 seg_reduce(const launch_params &P, const kvc_out_
     return st;
 }
 
-/* Complete subtree of KK segments starting at segment sg. */
+/* Complete subtree of KK segments; sg = first segment (global), r0 = the
+ * chunk's first row (row-table index base). */
 template <int KK>
-__device__ __forceinline__ st4 subtree(const launch_params &P, const kvc_out_info &inf, long long sg, int q) {
+__device__ __forceinline__ st4 subtree(const launch_params &P, const row_table *rt, long long r0, long long sg,
+                                       int q) {
     if constexpr (KK == 1) {
-        return seg_reduce(P, inf, sg, q);
+        const long long g0 = sg * KVC_SEG;
+        const int n = (int)((P.rows - g0) < KVC_SEG ? (P.rows - g0) : KVC_SEG);
+        return seg_reduce(P, rt, (int)(g0 - r0), n, q);
     } else {
-        st4 A = subtree<KK / 2>(P, inf, sg, q);
-        st4 B = subtree<KK / 2>(P, inf, sg + KK / 2, q);
+        st4 A = subtree<KK / 2>(P, rt, r0, sg, q);
+        st4 B = subtree<KK / 2>(P, rt, r0, sg + KK / 2, q);
         st_merge(A, B);
         return A;
     }
 }
 
-__device__ st4 subtree_rt(const launch_params &P, const kvc_out_info &inf, long long sg, long long kk, int q) {
+__device__ st4 subtree_rt(const launch_params &P, const row_table *rt, long long r0, long long sg, long long kk,
+                          int q) {
     switch (kk) {
-    case 1: return subtree<1>(P, inf, sg, q);
-    case 2: return subtree<2>(P, inf, sg, q);
-    case 4: return subtree<4>(P, inf, sg, q);
-    default: return subtree<8>(P, inf, sg, q); /* kk <= K <= 8 by construction */
+    case 1: return subtree<1>(P, rt, r0, sg, q);
+    case 2: return subtree<2>(P, rt, r0, sg, q);
+    default: return subtree<4>(P, rt, r0, sg, q); /* kk = csize / lanes <= 16 / 4 */
     }
 }
 
@@ -211,7 +222,10 @@ __device__ void record_error(kvc_device_status *st, int check, long long o, long
         st->output = o;
         st->value = value;
     }
-    atomicAdd(reinterpret_cast<unsigned long long *>(&st->outputs_invalid), 1ull);
+}
+
+__device__ void count(int64_t *field) {
+    atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull);
 }
 
 /* Finalise one output from c (thread q < 128 holds dims 4q..4q+3).  All 128
@@ -304,57 +318,115 @@ __device__ void finalize(const launch_params &P, const kvc_out_info &inf, const 
     }
 }
 
-__global__ void __launch_bounds__(DG *MAX_LANES) compress_kernel(const launch_params P) {
-    extern __shared__ float smem[]; /* [lanes][12][128] lane states, then 8 floats */
-    const int tid = threadIdx.x, q = tid % DG, lane = tid / DG;
-    const long long o = blockIdx.x / P.nchunk, j = blockIdx.x % P.nchunk;
-
-    kvc_out_info inf;
-    int chk = kvc_check_output(&P.a, o, &inf);
-    if (chk != KVC_CHECK_NONE) {
-        if (j == 0 && tid == 0) record_error(P.status, chk, o, inf.value);
-        return;
-    }
-    if (inf.slot < 0) {
-        if (j == 0 && tid == 0) atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_padding), 1ull);
-        return;
-    }
-    long long cstart, csize;
-    chunk_of(P.nseg, P.ch, j, &cstart, &csize);
-    const long long active = csize < P.lanes ? csize : P.lanes; /* lanes with work */
-    const long long kk = csize / active;                        /* segments per lane */
-
-    st4 st;
-    if (lane < active) st = subtree_rt(P, inf, cstart + lane * kk, kk, q);
-    /* merge lane states in tree order */
-    if (active > 1) {
-        if (lane < active) {
+/* Merge `n` consecutive chunk states (complete subtree, n a power of two)
+ * starting at chunk k0, for 4 dims. */
+__device__ st4 merge_chunks_tree(const float *base, long long k0, long long n, int q) {
+    st4 acc[6]; /* binary counter: n <= 32 per lane */
+    long long sizes[6];
+    int top = -1;
+    for (long long k = 0; k < n; k++) {
+        const float *src = base + (k0 + k) * (3 * 512);
+        top++;
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                smem[(lane * 12 + k) * DG + q] = st.m[k];
-                smem[(lane * 12 + 4 + k) * DG + q] = st.d[k];
-                smem[(lane * 12 + 8 + k) * DG + q] = st.n[k];
-            }
+        for (int t = 0; t < 4; t++) {
+            acc[top].m[t] = __ldcg(src + 4 * q + t);
+            acc[top].d[t] = __ldcg(src + 512 + 4 * q + t);
+            acc[top].n[t] = __ldcg(src + 1024 + 4 * q + t);
         }
-        __syncthreads();
-        if (lane == 0) {
-            st4 L[MAX_LANES];
-            for (int l = 0; l < active; l++)
+        sizes[top] = 1;
+        while (top >= 1 && sizes[top - 1] == sizes[top]) {
+            st_merge(acc[top - 1], acc[top]);
+            sizes[top - 1] *= 2;
+            top--;
+        }
+    }
+    return acc[0];
+}
+
+/* Lane states -> lane 0 (tree order) through shared memory; all threads call. */
+__device__ void merge_lanes(st4 &st, int lane, int active, int q, float *smem) {
+    if (active <= 1) return;
+    if (lane < active) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            smem[(lane * 12 + k) * DG + q] = st.m[k];
+            smem[(lane * 12 + 4 + k) * DG + q] = st.d[k];
+            smem[(lane * 12 + 8 + k) * DG + q] = st.n[k];
+        }
+    }
+    __syncthreads();
+    if (lane == 0) {
+        st4 L[MAX_LANES];
+#pragma unroll
+        for (int l = 0; l < MAX_LANES; l++)
+            if (l < active)
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
                     L[l].m[k] = smem[(l * 12 + k) * DG + q];
                     L[l].d[k] = smem[(l * 12 + 4 + k) * DG + q];
                     L[l].n[k] = smem[(l * 12 + 8 + k) * DG + q];
                 }
-            for (int w = 1; w < active; w *= 2)
-                for (int l = 0; l + w < active; l += 2 * w) st_merge(L[l], L[l + w]);
-            st = L[0];
+        if (active == 2) {
+            st_merge(L[0], L[1]);
+        } else { /* active == 4 */
+            st_merge(L[0], L[1]);
+            st_merge(L[2], L[3]);
+            st_merge(L[0], L[2]);
         }
+        st = L[0];
     }
-    if (lane != 0) return;
+    __syncthreads();
+}
+
+#define BAD_BIT 0x80000000u
+
+__global__ void __launch_bounds__(DG *MAX_LANES) compress_kernel(const launch_params P) {
+    extern __shared__ float smem[]; /* [lanes][12][128] lane states, then 8 floats */
+    __shared__ row_table rt;
+    __shared__ unsigned ticket;
+    const int tid = threadIdx.x, q = tid % DG, lane = tid / DG;
+    const long long o = blockIdx.x / P.nchunk, j = blockIdx.x % P.nchunk;
+
+    kvc_out_info inf;
+    const int chk = kvc_check_output(&P.a, o, &inf, 0);
+    if (chk != KVC_CHECK_NONE) {
+        if (j == 0 && tid == 0) {
+            record_error(P.status, chk, o, inf.value);
+            count(&P.status->outputs_invalid);
+        }
+        return;
+    }
+    if (inf.slot < 0) {
+        if (j == 0 && tid == 0) count(&P.status->outputs_padding);
+        return;
+    }
+    long long cstart, csize;
+    chunk_of(P.nseg, P.ch, j, &cstart, &csize);
+    const int active = (int)(csize < P.lanes ? csize : P.lanes); /* lanes with work */
+    const long long kk = csize / active;                        /* segments per lane */
+
+    if (tid == 0) rt.bad = 0;
+    __syncthreads();
+    const long long r0 = cstart * KVC_SEG;
+    const long long rend = (cstart + csize) * KVC_SEG < P.rows ? (cstart + csize) * KVC_SEG : P.rows;
+    fill_rows(P, inf, r0, (int)(rend - r0), &rt);
+    __syncthreads();
+    const int bad_rows = rt.bad;
+    if (bad_rows && tid == 0) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, rt.bad_g);
+
+    st4 st;
+    if (!bad_rows) {
+        if (lane < active) st = subtree_rt(P, &rt, r0, cstart + lane * kk, kk, q);
+        merge_lanes(st, lane, active, q, smem);
+    }
     float *red = smem + MAX_LANES * 12 * DG;
 
     if (P.nchunk == 1) {
+        if (bad_rows) {
+            if (tid == 0) count(&P.status->outputs_invalid);
+            return;
+        }
+        if (lane != 0) return;
         float c[4];
 #pragma unroll
         for (int k = 0; k < 4; k++) c[k] = KVC_DIV(st.n[k], st.d[k]);
@@ -363,46 +435,62 @@ __global__ void __launch_bounds__(DG *MAX_LANES) compress_kernel(const launch_pa
     }
     /* publish the chunk state; the last CTA of the output merges them */
     float *cs = P.chunk_states + (o * P.nchunk + j) * (3 * 512);
+    if (lane == 0 && !bad_rows) {
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        cs[4 * q + k] = st.m[k];
-        cs[512 + 4 * q + k] = st.d[k];
-        cs[1024 + 4 * q + k] = st.n[k];
+        for (int k = 0; k < 4; k++) {
+            cs[4 * q + k] = st.m[k];
+            cs[512 + 4 * q + k] = st.d[k];
+            cs[1024 + 4 * q + k] = st.n[k];
+        }
     }
     __threadfence();
-    __shared__ unsigned ticket;
-    asm volatile("bar.sync 1, 128;");
-    if (q == 0) ticket = atomicAdd(&P.tickets[o], 1u);
-    asm volatile("bar.sync 1, 128;");
-    if (ticket != (unsigned)(P.nchunk - 1)) return;
+    __syncthreads();
+    if (tid == 0) ticket = atomicAdd(&P.tickets[o], bad_rows ? (BAD_BIT + 1u) : 1u);
+    __syncthreads();
+    const unsigned t = ticket;
+    if ((t & ~BAD_BIT) != (unsigned)(P.nchunk - 1)) return;
     __threadfence();
-    /* canonical merge of the chunks: binary counter over chunk sizes */
-    st4 stack[STACK_MAX];
-    long long sizes[STACK_MAX];
-    int top = -1;
+    if ((t & BAD_BIT) || bad_rows) { /* some chunk of this output saw a bad block */
+        if (tid == 0) count(&P.status->outputs_invalid);
+        return;
+    }
     const float *base = P.chunk_states + o * P.nchunk * (3 * 512);
-    for (long long k = 0; k < P.nchunk; k++) {
-        long long s0, sz;
-        chunk_of(P.nseg, P.ch, k, &s0, &sz);
-        const float *src = base + k * (3 * 512);
-        top++;
+    if (P.uniform) {
+        /* all chunks full and a power-of-two count: lanes merge complete subtrees */
+        const int la = P.nchunk < P.lanes ? (int)P.nchunk : P.lanes;
+        const long long per = P.nchunk / la;
+        if (lane < la) st = merge_chunks_tree(base, lane * per, per, q);
+        merge_lanes(st, lane, la, q, smem);
+    } else if (lane == 0) {
+        /* general: canonical binary counter over chunk sizes */
+        st4 stack[STACK_MAX];
+        long long sizes[STACK_MAX];
+        int top = -1;
+        for (long long k = 0; k < P.nchunk; k++) {
+            long long s0, sz;
+            chunk_of(P.nseg, P.ch, k, &s0, &sz);
+            const float *src = base + k * (3 * 512);
+            top++;
 #pragma unroll
-        for (int t = 0; t < 4; t++) {
-            stack[top].m[t] = __ldcg(src + 4 * q + t);
-            stack[top].d[t] = __ldcg(src + 512 + 4 * q + t);
-            stack[top].n[t] = __ldcg(src + 1024 + 4 * q + t);
+            for (int u = 0; u < 4; u++) {
+                stack[top].m[u] = __ldcg(src + 4 * q + u);
+                stack[top].d[u] = __ldcg(src + 512 + 4 * q + u);
+                stack[top].n[u] = __ldcg(src + 1024 + 4 * q + u);
+            }
+            sizes[top] = sz;
+            while (top >= 1 && sizes[top - 1] == sizes[top]) {
+                st_merge(stack[top - 1], stack[top]);
+                sizes[top - 1] *= 2;
+                top--;
+            }
         }
-        sizes[top] = sz;
-        while (top >= 1 && sizes[top - 1] == sizes[top]) {
-            st_merge(stack[top - 1], stack[top]);
-            sizes[top - 1] *= 2;
-            top--;
-        }
+        for (int k = top - 1; k >= 0; k--) st_merge(stack[k], stack[k + 1]);
+        st = stack[0];
     }
-    for (int k = top - 1; k >= 0; k--) st_merge(stack[k], stack[k + 1]);
+    if (lane != 0) return;
     float c[4];
 #pragma unroll
-    for (int k = 0; k < 4; k++) c[k] = KVC_DIV(stack[0].n[k], stack[0].d[k]);
+    for (int k = 0; k < 4; k++) c[k] = KVC_DIV(st.n[k], st.d[k]);
     finalize(P, inf, c, q, red);
 }
 
@@ -461,18 +549,18 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     P.rows = a->overlap == KVC_OVERLAP_ON ? 2 * C : C;
     P.nseg = (P.rows + KVC_SEG - 1) / KVC_SEG;
     const long long nout = a->num_outputs;
-    /* chunk size: enough CTAs to fill the GPU, as few chunk states as that allows */
+    /* chunk size: about one CTA per SM or more, as few chunk states as that
+     * allows (a chunk is ch segments: up to 4 lanes x up to 4 segments). */
     const long long total = nout * P.nseg;
-    long long K = pow2_floor(total / 2048 > 0 ? total / 2048 : 1);
-    if (K > 8) K = 8;
-    long long L = 2;
-    long long ch = K * L;
-    while (ch > P.nseg && ch > 1) ch /= 2;
-    if (ch < L) L = ch;
+    long long ch = pow2_floor(total / 132 > 0 ? total / 132 : 1);
+    if (ch > 16) ch = 16;
+    while (ch > 1 && ch > P.nseg) ch /= 2;
+    long long L = ch < MAX_LANES ? ch : MAX_LANES;
     P.ch = ch;
     P.lanes = (int)L;
     P.nchunk = P.nseg / ch;
     for (long long r = P.nseg % ch; r; r &= r - 1) P.nchunk++;
+    P.uniform = P.nseg % ch == 0 && (P.nchunk & (P.nchunk - 1)) == 0 && P.nchunk <= 32 * L;
     P.vec = ((uintptr_t)a->state_cache % 16 == 0) && a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0;
 
     /* workspace: status word, tickets, chunk states */
@@ -497,11 +585,15 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     P.status = e->device_status ? e->device_status : (kvc_device_status *)buf;
     P.tickets = (unsigned *)(buf + st_bytes);
     P.chunk_states = (float *)(buf + st_bytes + tk_bytes);
-    if ((err = cudaMemsetAsync(P.status, 0, sizeof(kvc_device_status), stream)) != cudaSuccess)
+    /* one memset for the library's status word and the tickets (adjacent) */
+    size_t zero = (e->device_status ? 0 : st_bytes) + (P.nchunk > 1 ? (size_t)nout * 4 : 0);
+    if (e->device_status &&
+        (err = cudaMemsetAsync(e->device_status, 0, sizeof(kvc_device_status), stream)) != cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(status)");
+    if (zero && (err = cudaMemsetAsync(e->device_status ? (void *)P.tickets : (void *)buf, 0, zero, stream)) !=
+                    cudaSuccess)
+        return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
-    if (P.nchunk > 1 && (err = cudaMemsetAsync(P.tickets, 0, (size_t)nout * 4, stream)) != cudaSuccess)
-        return cuda_fail(err, "cudaMemsetAsync(tickets)");
     long long blocks = nout * P.nchunk;
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs * chunks = %lld exceeds the CUDA grid", blocks);
