@@ -4,14 +4,18 @@
  * (never contracted) on the device.
  *
  * Work decomposition (one launch per call):
- *   - 128 "dimension groups" of 4 dims each cover the 512 dims; a thread
- *     loads one float4 of values and one of scores per row (16-byte loads).
+ *   - DG = 512 / DPT "dimension groups" of DPT consecutive dims cover the 512
+ *     dims; a thread loads DPT values and DPT scores per row (one 8-byte load
+ *     each for DPT = 2).  Few registers per thread -> many resident warps:
+ *     the kernel is latency-bound, so occupancy is what keeps HBM busy.
  *   - The window's S = ceil(rows / 8) segments are cut into CHUNKS that are
  *     complete, aligned subtrees of the canonical tree: floor(S / CH) chunks
  *     of CH segments, then one chunk per set bit of S % CH (descending).
- *   - A CTA (128 x L threads) reduces one chunk of one output: lane l of a
- *     dimension group reduces a complete subtree of K segments in registers,
- *     then the L lane states are merged in tree order through shared memory.
+ *   - A CTA (DG x L threads) reduces one chunk of one output: it first
+ *     resolves the chunk's row addresses into shared memory (one thread per
+ *     row, which also checks that row's physical block), then lane l of a
+ *     dimension group reduces a complete subtree of segments in registers,
+ *     and the L lane states merge in tree order through shared memory.
  *   - With one chunk per output the CTA finalises directly; otherwise chunk
  *     states go to a workspace and the last CTA of the output (ticket
  *     counter) merges them in canonical order and finalises.
@@ -27,18 +31,24 @@
 #include "kvc_check.h"
 #include "kvc_internal.h"
 
-#define DG 128        /* dimension groups (threads per lane)  */
-#define MAX_LANES 4   /* lanes per CTA -> at most 512 threads  */
-#define STACK_MAX 48  /* chunk-merge stack depth (any S < 2^47) */
-#define MAX_CHUNK_ROWS 128 /* rows of a chunk: 8 x ch, ch <= 16 */
+#define DPT 2                  /* dims per thread                          */
+#define DG (512 / DPT)         /* threads per lane                         */
+#define MAX_LANES 2            /* lanes per CTA -> at most 512 threads     */
+#define MAX_CH 16              /* segments per chunk                       */
+#define MAX_CHUNK_ROWS (8 * MAX_CH)
+#define STACK_MAX 48           /* chunk-merge stack depth (any S < 2^47)   */
+#define NSTATE (3 * DPT)       /* floats of one thread's state             */
+#define BAD_BIT 0x80000000u
 
-struct st4 {
-    float m[4], d[4], n[4];
+typedef float2 vecf; /* DPT floats */
+
+struct stv {
+    float m[DPT], d[DPT], n[DPT];
 };
 
-__device__ __forceinline__ void st_merge(st4 &a, const st4 &b) {
+__device__ __forceinline__ void st_merge(stv &a, const stv &b) {
 #pragma unroll
-    for (int j = 0; j < 4; j++) kvc_merge(&a.m[j], &a.d[j], &a.n[j], b.m[j], b.d[j], b.n[j]);
+    for (int j = 0; j < DPT; j++) kvc_merge(&a.m[j], &a.d[j], &a.n[j], b.m[j], b.d[j], b.n[j]);
 }
 
 /* Per-launch constants (one struct, passed by value). */
@@ -50,10 +60,10 @@ struct launch_params {
     long long rows;             /* window rows: C or 2C                          */
     long long nseg;             /* segments per window                           */
     long long nchunk;           /* chunks per output                             */
-    long long ch;               /* full chunk size in segments (L * K)           */
+    long long ch;               /* full chunk size in segments                   */
     int lanes;                  /* L                                             */
-    int uniform;                /* all chunks full and nchunk a power of two <= 32 * L */
-    int vec;                    /* 16-byte loads allowed (alignment)            */
+    int uniform;                /* all chunks full, nchunk a power of 2 <= 32 L  */
+    int vec;                    /* 8-byte loads allowed (alignment)              */
 };
 
 /* Chunk j of a window of nseg segments: start segment and size (power of 2). */
@@ -80,20 +90,18 @@ __device__ void chunk_of(long long nseg, long long ch, long long j, long long *s
     *size = 1;
 }
 
-/* Row addresses of the CTA's chunk, resolved once into shared memory so the
- * hot loop has no division and no dependent block-table load:
- * voff/soff = element offsets of the row's value / score float4 base, or -1
- * for a masked (overlap, position < 0) row. */
+/* Row addresses of the CTA's chunk: element offsets of the row's value and
+ * score halves, or -1 for a masked (overlap, position < 0) row. */
 struct row_table {
     long long voff[MAX_CHUNK_ROWS];
     long long soff[MAX_CHUNK_ROWS];
-    int bad;               /* a row's physical block is out of range   */
-    long long bad_l, bad_g; /* its logical index and value              */
+    int bad;                /* a row's physical block is out of range */
+    long long bad_g;        /* its value                              */
 };
 
 /* Resolve the chunk's rows (one thread per row, in parallel) and check each
- * row's physical block: this is the device's half of the PHYSICAL_BLOCK
- * check.  rt->bad must be 0 on entry. */
+ * row's physical block: the device's half of the PHYSICAL_BLOCK check.
+ * rt->bad must be 0 on entry. */
 __device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long long r0, int nrows, row_table *rt) {
     const kvc_args &a = P.a;
     const long long C = a.compress_ratio;
@@ -117,10 +125,7 @@ __device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long 
         const long long l = pos / a.block_size;
         const long long blk = a.block_table[inf.r * a.block_table_stride + l];
         if (blk < 0 || blk >= a.num_blocks) {
-            if (atomicCAS(&rt->bad, 0, 1) == 0) {
-                rt->bad_l = l;
-                rt->bad_g = blk;
-            }
+            if (atomicCAS(&rt->bad, 0, 1) == 0) rt->bad_g = blk;
             rt->voff[t] = rt->soff[t] = -1;
             continue;
         }
@@ -130,89 +135,82 @@ __device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long 
     }
 }
 
-/* One segment: local rows [lr, lr + n) of the row table, 4 dims. */
-__device__ __forceinline__ st4 seg_reduce(const launch_params &P, const row_table *rt, int lr, int n, int q) {
-    float4 v[KVC_SEG], s[KVC_SEG];
+/* One segment: local rows [lr, lr + n) of the row table, DPT dims. */
+__device__ __forceinline__ stv seg_reduce(const launch_params &P, const row_table *rt, int lr, int n, int q) {
+    float v[KVC_SEG][DPT], s[KVC_SEG][DPT];
     const float *base = P.a.state_cache;
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++) {
         if (i < n) {
             const long long vo = rt->voff[lr + i], so = rt->soff[lr + i];
             if (vo < 0) {
-                v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-                const float ni = KVC_NEG_INF;
-                s[i] = make_float4(ni, ni, ni, ni);
+#pragma unroll
+                for (int j = 0; j < DPT; j++) {
+                    v[i][j] = 0.0f;
+                    s[i][j] = KVC_NEG_INF;
+                }
             } else if (P.vec) {
-                v[i] = __ldcs(reinterpret_cast<const float4 *>(base + vo) + q);
-                s[i] = __ldcs(reinterpret_cast<const float4 *>(base + so) + q);
+                vecf a = __ldcs(reinterpret_cast<const vecf *>(base + vo) + q);
+                vecf b = __ldcs(reinterpret_cast<const vecf *>(base + so) + q);
+                v[i][0] = a.x;
+                v[i][1] = a.y;
+                s[i][0] = b.x;
+                s[i][1] = b.y;
             } else {
-                const float *pv = base + vo + 4 * q, *ps = base + so + 4 * q;
-                v[i] = make_float4(pv[0], pv[1], pv[2], pv[3]);
-                s[i] = make_float4(ps[0], ps[1], ps[2], ps[3]);
+#pragma unroll
+                for (int j = 0; j < DPT; j++) {
+                    v[i][j] = base[vo + DPT * q + j];
+                    s[i][j] = base[so + DPT * q + j];
+                }
             }
         }
     }
-    st4 st;
-    const float *sv0 = reinterpret_cast<const float *>(&s[0]);
+    stv st;
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        st.m[j] = sv0[j];
+    for (int j = 0; j < DPT; j++) {
+        st.m[j] = s[0][j];
         st.d[j] = 0.0f;
         st.n[j] = 0.0f;
     }
 #pragma unroll
-    for (int i = 1; i < KVC_SEG; i++) {
-        if (i < n) {
-            const float *si = reinterpret_cast<const float *>(&s[i]);
+    for (int i = 1; i < KVC_SEG; i++)
+        if (i < n)
 #pragma unroll
-            for (int j = 0; j < 4; j++) st.m[j] = kvc_max(st.m[j], si[j]);
-        }
-    }
+            for (int j = 0; j < DPT; j++) st.m[j] = kvc_max(st.m[j], s[i][j]);
 #pragma unroll
-    for (int i = 0; i < KVC_SEG; i++) {
-        if (i < n) {
-            const float *si = reinterpret_cast<const float *>(&s[i]);
-            const float *vi = reinterpret_cast<const float *>(&v[i]);
+    for (int i = 0; i < KVC_SEG; i++)
+        if (i < n)
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-#ifdef KVC_DIAG_HWEXP /* diagnostics only: hardware exp, NOT the contract */
-                float e = __expf(si[j] - st.m[j]);
-                st.d[j] += e;
-                st.n[j] += e * vi[j];
-#else
-                kvc_seg_step(st.m[j], si[j], vi[j], &st.d[j], &st.n[j]);
-#endif
-            }
-        }
-    }
+            for (int j = 0; j < DPT; j++) kvc_seg_step(st.m[j], s[i][j], v[i][j], &st.d[j], &st.n[j]);
 #pragma unroll
-    for (int j = 0; j < 4; j++) kvc_seg_close(st.m[j], &st.d[j], &st.n[j]);
+    for (int j = 0; j < DPT; j++) kvc_seg_close(st.m[j], &st.d[j], &st.n[j]);
     return st;
 }
 
 /* Complete subtree of KK segments; sg = first segment (global), r0 = the
  * chunk's first row (row-table index base). */
 template <int KK>
-__device__ __forceinline__ st4 subtree(const launch_params &P, const row_table *rt, long long r0, long long sg,
+__device__ __forceinline__ stv subtree(const launch_params &P, const row_table *rt, long long r0, long long sg,
                                        int q) {
     if constexpr (KK == 1) {
         const long long g0 = sg * KVC_SEG;
         const int n = (int)((P.rows - g0) < KVC_SEG ? (P.rows - g0) : KVC_SEG);
         return seg_reduce(P, rt, (int)(g0 - r0), n, q);
     } else {
-        st4 A = subtree<KK / 2>(P, rt, r0, sg, q);
-        st4 B = subtree<KK / 2>(P, rt, r0, sg + KK / 2, q);
+        stv A = subtree<KK / 2>(P, rt, r0, sg, q);
+        stv B = subtree<KK / 2>(P, rt, r0, sg + KK / 2, q);
         st_merge(A, B);
         return A;
     }
 }
 
-__device__ st4 subtree_rt(const launch_params &P, const row_table *rt, long long r0, long long sg, long long kk,
+__device__ stv subtree_rt(const launch_params &P, const row_table *rt, long long r0, long long sg, long long kk,
                           int q) {
     switch (kk) {
     case 1: return subtree<1>(P, rt, r0, sg, q);
     case 2: return subtree<2>(P, rt, r0, sg, q);
-    default: return subtree<4>(P, rt, r0, sg, q); /* kk = csize / lanes <= 16 / 4 */
+    case 4: return subtree<4>(P, rt, r0, sg, q);
+    default: return subtree<8>(P, rt, r0, sg, q); /* kk = csize / lanes <= MAX_CH / 2 */
     }
 }
 
@@ -224,12 +222,8 @@ __device__ void record_error(kvc_device_status *st, int check, long long o, long
     }
 }
 
-__device__ void count(int64_t *field) {
-    atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull);
-}
+__device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull); }
 
-/* Finalise one output from c (thread q < 128 holds dims 4q..4q+3).  All 128
- * threads of the first lane call this together; uses 8 floats of smem. */
 __device__ void finalize(const launch_params &P, const kvc_out_info &inf, const float c[4], int q, float *red) {
     const kvc_args &a = P.a;
     int bad = 0;
@@ -318,21 +312,34 @@ __device__ void finalize(const launch_params &P, const kvc_out_info &inf, const 
     }
 }
 
-/* Merge `n` consecutive chunk states (complete subtree, n a power of two)
- * starting at chunk k0, for 4 dims. */
-__device__ st4 merge_chunks_tree(const float *base, long long k0, long long n, int q) {
-    st4 acc[6]; /* binary counter: n <= 32 per lane */
+/* Thread state <-> a [3][512] float array (shared or global). */
+__device__ __forceinline__ void st_store(const stv &st, float *dst, int q) {
+#pragma unroll
+    for (int j = 0; j < DPT; j++) {
+        dst[DPT * q + j] = st.m[j];
+        dst[512 + DPT * q + j] = st.d[j];
+        dst[1024 + DPT * q + j] = st.n[j];
+    }
+}
+__device__ __forceinline__ stv st_load(const float *src, int q) {
+    stv st;
+#pragma unroll
+    for (int j = 0; j < DPT; j++) {
+        st.m[j] = __ldcg(src + DPT * q + j);
+        st.d[j] = __ldcg(src + 512 + DPT * q + j);
+        st.n[j] = __ldcg(src + 1024 + DPT * q + j);
+    }
+    return st;
+}
+
+/* Merge n consecutive chunk states (a complete subtree, n a power of two <= 32). */
+__device__ stv merge_chunks_tree(const float *base, long long k0, long long n, int q) {
+    stv acc[6];
     long long sizes[6];
     int top = -1;
     for (long long k = 0; k < n; k++) {
-        const float *src = base + (k0 + k) * (3 * 512);
         top++;
-#pragma unroll
-        for (int t = 0; t < 4; t++) {
-            acc[top].m[t] = __ldcg(src + 4 * q + t);
-            acc[top].d[t] = __ldcg(src + 512 + 4 * q + t);
-            acc[top].n[t] = __ldcg(src + 1024 + 4 * q + t);
-        }
+        acc[top] = st_load(base + (k0 + k) * (3 * 512), q);
         sizes[top] = 1;
         while (top >= 1 && sizes[top - 1] == sizes[top]) {
             st_merge(acc[top - 1], acc[top]);
@@ -344,44 +351,38 @@ __device__ st4 merge_chunks_tree(const float *base, long long k0, long long n, i
 }
 
 /* Lane states -> lane 0 (tree order) through shared memory; all threads call. */
-__device__ void merge_lanes(st4 &st, int lane, int active, int q, float *smem) {
+__device__ void merge_lanes(stv &st, int lane, int active, int q, float *smem) {
     if (active <= 1) return;
-    if (lane < active) {
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            smem[(lane * 12 + k) * DG + q] = st.m[k];
-            smem[(lane * 12 + 4 + k) * DG + q] = st.d[k];
-            smem[(lane * 12 + 8 + k) * DG + q] = st.n[k];
-        }
-    }
+    if (lane < active) st_store(st, smem + lane * (3 * 512), q);
     __syncthreads();
     if (lane == 0) {
-        st4 L[MAX_LANES];
+        stv B;
 #pragma unroll
-        for (int l = 0; l < MAX_LANES; l++)
-            if (l < active)
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    L[l].m[k] = smem[(l * 12 + k) * DG + q];
-                    L[l].d[k] = smem[(l * 12 + 4 + k) * DG + q];
-                    L[l].n[k] = smem[(l * 12 + 8 + k) * DG + q];
-                }
-        if (active == 2) {
-            st_merge(L[0], L[1]);
-        } else { /* active == 4 */
-            st_merge(L[0], L[1]);
-            st_merge(L[2], L[3]);
-            st_merge(L[0], L[2]);
+        for (int j = 0; j < DPT; j++) {
+            B.m[j] = smem[3 * 512 + DPT * q + j];
+            B.d[j] = smem[3 * 512 + 512 + DPT * q + j];
+            B.n[j] = smem[3 * 512 + 1024 + DPT * q + j];
         }
-        st = L[0];
+        st_merge(st, B); /* MAX_LANES == 2 */
     }
     __syncthreads();
 }
 
-#define BAD_BIT 0x80000000u
+/* c = num / den of lane 0's state, handed to the 128-thread finaliser. */
+__device__ void finish(const launch_params &P, const kvc_out_info &inf, const stv &st, int q, float *smem) {
+    /* lane-0 threads (q < DG) write c, the first 128 read 4 each */
+#pragma unroll
+    for (int j = 0; j < DPT; j++) smem[DPT * q + j] = KVC_DIV(st.n[j], st.d[j]);
+    asm volatile("bar.sync 2, %0;" ::"r"(DG));
+    if (q >= 128) return;
+    float c[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) c[j] = smem[4 * q + j];
+    finalize(P, inf, c, q, smem + 512);
+}
 
-__global__ void __launch_bounds__(DG *MAX_LANES) compress_kernel(const launch_params P) {
-    extern __shared__ float smem[]; /* [lanes][12][128] lane states, then 8 floats */
+__global__ void __launch_bounds__(DG *MAX_LANES, 2) compress_kernel(const launch_params P) {
+    extern __shared__ float smem[]; /* [MAX_LANES][3][512] states; finaliser scratch */
     __shared__ row_table rt;
     __shared__ unsigned ticket;
     const int tid = threadIdx.x, q = tid % DG, lane = tid / DG;
@@ -414,35 +415,22 @@ __global__ void __launch_bounds__(DG *MAX_LANES) compress_kernel(const launch_pa
     const int bad_rows = rt.bad;
     if (bad_rows && tid == 0) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, rt.bad_g);
 
-    st4 st;
+    stv st;
     if (!bad_rows) {
         if (lane < active) st = subtree_rt(P, &rt, r0, cstart + lane * kk, kk, q);
         merge_lanes(st, lane, active, q, smem);
     }
-    float *red = smem + MAX_LANES * 12 * DG;
-
     if (P.nchunk == 1) {
         if (bad_rows) {
             if (tid == 0) count(&P.status->outputs_invalid);
             return;
         }
         if (lane != 0) return;
-        float c[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) c[k] = KVC_DIV(st.n[k], st.d[k]);
-        finalize(P, inf, c, q, red);
+        finish(P, inf, st, q, smem);
         return;
     }
     /* publish the chunk state; the last CTA of the output merges them */
-    float *cs = P.chunk_states + (o * P.nchunk + j) * (3 * 512);
-    if (lane == 0 && !bad_rows) {
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            cs[4 * q + k] = st.m[k];
-            cs[512 + 4 * q + k] = st.d[k];
-            cs[1024 + 4 * q + k] = st.n[k];
-        }
-    }
+    if (lane == 0 && !bad_rows) st_store(st, P.chunk_states + (o * P.nchunk + j) * (3 * 512), q);
     __threadfence();
     __syncthreads();
     if (tid == 0) ticket = atomicAdd(&P.tickets[o], bad_rows ? (BAD_BIT + 1u) : 1u);
@@ -463,20 +451,14 @@ __global__ void __launch_bounds__(DG *MAX_LANES) compress_kernel(const launch_pa
         merge_lanes(st, lane, la, q, smem);
     } else if (lane == 0) {
         /* general: canonical binary counter over chunk sizes */
-        st4 stack[STACK_MAX];
+        stv stack[STACK_MAX];
         long long sizes[STACK_MAX];
         int top = -1;
         for (long long k = 0; k < P.nchunk; k++) {
             long long s0, sz;
             chunk_of(P.nseg, P.ch, k, &s0, &sz);
-            const float *src = base + k * (3 * 512);
             top++;
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                stack[top].m[u] = __ldcg(src + 4 * q + u);
-                stack[top].d[u] = __ldcg(src + 512 + 4 * q + u);
-                stack[top].n[u] = __ldcg(src + 1024 + 4 * q + u);
-            }
+            stack[top] = st_load(base + k * (3 * 512), q);
             sizes[top] = sz;
             while (top >= 1 && sizes[top - 1] == sizes[top]) {
                 st_merge(stack[top - 1], stack[top]);
@@ -488,10 +470,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES) compress_kernel(const launch_pa
         st = stack[0];
     }
     if (lane != 0) return;
-    float c[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) c[k] = KVC_DIV(st.n[k], st.d[k]);
-    finalize(P, inf, c, q, red);
+    finish(P, inf, st, q, smem);
 }
 
 /* ---- host side --------------------------------------------------------- */
@@ -552,8 +531,8 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     /* chunk size: about one CTA per SM or more, as few chunk states as that
      * allows (a chunk is ch segments: up to 4 lanes x up to 4 segments). */
     const long long total = nout * P.nseg;
-    long long ch = pow2_floor(total / 132 > 0 ? total / 132 : 1);
-    if (ch > 16) ch = 16;
+    long long ch = pow2_floor(total / 264 > 0 ? total / 264 : 1);
+    if (ch > MAX_CH) ch = MAX_CH;
     while (ch > 1 && ch > P.nseg) ch /= 2;
     long long L = ch < MAX_LANES ? ch : MAX_LANES;
     P.ch = ch;
@@ -561,7 +540,8 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     P.nchunk = P.nseg / ch;
     for (long long r = P.nseg % ch; r; r &= r - 1) P.nchunk++;
     P.uniform = P.nseg % ch == 0 && (P.nchunk & (P.nchunk - 1)) == 0 && P.nchunk <= 32 * L;
-    P.vec = ((uintptr_t)a->state_cache % 16 == 0) && a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0;
+    P.vec = ((uintptr_t)a->state_cache % (4 * DPT) == 0) && a->state_stride_block % DPT == 0 &&
+            a->state_stride_token % DPT == 0;
 
     /* workspace: status word, tickets, chunk states */
     size_t st_bytes = 256, tk_bytes = ((size_t)nout * 4 + 255) & ~(size_t)255;
@@ -597,7 +577,7 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     long long blocks = nout * P.nchunk;
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs * chunks = %lld exceeds the CUDA grid", blocks);
-    size_t smem = (MAX_LANES * 12 * DG + 8) * sizeof(float);
+    size_t smem = (MAX_LANES * 3 * 512) * sizeof(float); /* >= 512 + 8 floats for the finaliser */
     compress_kernel<<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P);
     if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
     return KVC_OK;
