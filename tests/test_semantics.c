@@ -313,6 +313,63 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
     kvc_case_free(&c);
 }
 
+#ifdef KVC_KIT_WITH_CUDA
+/* GPU: an output with a bad index value is skipped, the first error lands in
+ * the device status word, every other output is written as on the CPU. */
+static void test_device_errors(void) {
+    kvc_case c;
+    if (!gen(&c, 2, 2 * 1024, 128, 8, 1, 31)) return;
+    TU_CHECK(kvc_compress(&c.args, NULL, NULL) == KVC_OK, "CPU run");
+    uint8_t *cpu = rows_of(&c.args);
+    const int64_t bad_o = 11; /* request 1, its 4th window */
+    int64_t b = c.boundary_token_indices[bad_o];
+    struct { const char *what; int check; int64_t value; } cases[3] = {
+        {"physical block", 5 /* KVC_CHECK_PHYSICAL_BLOCK */, 999},
+        {"slot", 7 /* KVC_CHECK_SLOT */, 12345},
+        {"position", 3 /* KVC_CHECK_POSITION */, 5},
+    };
+    for (int k = 0; k < 3; k++) {
+        kvc_case d;
+        if (!gen(&d, 2, 2 * 1024, 128, 8, 1, 31)) break;
+        int64_t p = d.positions[b];
+        if (k == 0) d.block_table[1 * d.args.blocks_per_req + (p - 127) / 8 + 5] = 999;
+        if (k == 1) d.kv_slot_mapping[b] = 12345;
+        if (k == 2) d.positions[b] = 5;
+        kvc_kit_poison(d.kv_cache, d.kv_cache_bytes, 50 + (uint64_t)k);
+        uint8_t *before = tu_dup(d.kv_cache, d.kv_cache_bytes);
+        kvc_device_status ds;
+        memset(&ds, 0, sizeof ds);
+        kvc_status st = kvc_kit_cuda_run(&d.args, NULL, &ds);
+        TU_CHECK(st == KVC_ERROR_INDEX_OUT_OF_RANGE, "%s: status %s", cases[k].what, kvc_status_string(st));
+        TU_CHECK(ds.check == cases[k].check && ds.output == bad_o && ds.value == cases[k].value,
+                 "%s: device status check %d output %lld value %lld", cases[k].what, ds.check, (long long)ds.output,
+                 (long long)ds.value);
+        TU_CHECK(ds.outputs_invalid == 1 && ds.outputs_written == d.args.num_outputs - 1,
+                 "%s: invalid %lld written %lld", cases[k].what, (long long)ds.outputs_invalid,
+                 (long long)ds.outputs_written);
+        for (int64_t o = 0; o < d.args.num_outputs; o++) {
+            uint8_t row[584];
+            if (o == bad_o) continue;
+            kvc_kit_slot_row(&d.args, o, row);
+            if (memcmp(row, cpu + o * 584, 584) != 0) {
+                TU_CHECK(0, "%s: output %lld differs from the CPU", cases[k].what, (long long)o);
+                break;
+            }
+        }
+        uint8_t row[584], old[584];
+        kvc_kit_slot_row(&d.args, bad_o, row);
+        kvc_args pa = d.args;
+        pa.kv_cache = before;
+        kvc_kit_slot_row(&pa, bad_o, old);
+        TU_CHECK(memcmp(row, old, 584) == 0, "%s: the bad output's slot was written", cases[k].what);
+        free(before);
+        kvc_case_free(&d);
+    }
+    free(cpu);
+    kvc_case_free(&c);
+}
+#endif
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strncmp(argv[i], "backend=", 8) && tu_parse_backend(argv[i] + 8, &g_backend)) return 2;
@@ -320,6 +377,9 @@ int main(int argc, char **argv) {
         printf("SKIP: backend not available\n");
         return TU_SKIP;
     }
+#ifdef KVC_KIT_WITH_CUDA
+    if (g_backend == KVC_BACKEND_CUDA) test_device_errors();
+#endif
     test_invariance();
     test_in_place_and_padding();
     test_nonfinite();

@@ -57,13 +57,16 @@ KVC_FN int kvc_check_output(const kvc_args *a, kvc_i64 o, kvc_out_info *inf, int
     inf->b = b;
     inf->value = b;
     if (b < 0 || b >= a->num_tokens) return KVC_CHECK_BOUNDARY;
-    inf->slot = a->kv_slot_mapping[b];
-    if (inf->slot < 0) return KVC_CHECK_NONE;
-    kvc_i64 r = a->token_to_req[b];
+    /* the three reads of token b are independent: issue them together (a GPU
+     * then waits for one memory latency, not three) */
+    const kvc_i64 slot = a->kv_slot_mapping[b];
+    const kvc_i64 r = a->token_to_req[b];
+    const kvc_i64 p = a->positions[b];
+    inf->slot = slot;
+    if (slot < 0) return KVC_CHECK_NONE;
     inf->r = r;
     inf->value = r;
     if (r < 0 || r >= a->num_reqs) return KVC_CHECK_REQUEST;
-    kvc_i64 p = a->positions[b];
     kvc_i64 C = a->compress_ratio;
     inf->p = p;
     inf->value = p;

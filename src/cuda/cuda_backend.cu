@@ -31,16 +31,37 @@
 #include "kvc_check.h"
 #include "kvc_internal.h"
 
-#define DPT 2                  /* dims per thread                          */
+/* Tuning knobs (compile time; bench/NOTES.md has the measurements). */
+#ifndef KVC_CUDA_DPT
+#define KVC_CUDA_DPT 2         /* dims per thread: 1 or 2                  */
+#endif
+#ifndef KVC_CUDA_PIPE
+#define KVC_CUDA_PIPE 0        /* 1: loads of segment i+1 in flight during i */
+#endif
+#ifndef KVC_CUDA_MINB
+#define KVC_CUDA_MINB 2        /* resident CTAs per SM asked of the compiler */
+#endif
+#ifndef KVC_CUDA_LDHINT
+#define KVC_CUDA_LDHINT 0      /* state loads: 0 __ldcs (streaming), 1 __ldg */
+#endif
+#ifndef KVC_CUDA_CHDIV
+#define KVC_CUDA_CHDIV 528     /* chunk size ~ total segments / CHDIV       */
+#endif
+#if KVC_CUDA_LDHINT == 1
+#define KVC_LD(p) __ldg(p)
+#else
+#define KVC_LD(p) __ldcs(p)
+#endif
+#define DPT KVC_CUDA_DPT
 #define DG (512 / DPT)         /* threads per lane                         */
-#define MAX_LANES 2            /* lanes per CTA -> at most 512 threads     */
+#define MAX_LANES (DPT == 2 ? 2 : 1) /* lanes per CTA -> 512 threads       */
 #define MAX_CH 16              /* segments per chunk                       */
 #define MAX_CHUNK_ROWS (8 * MAX_CH)
 #define STACK_MAX 48           /* chunk-merge stack depth (any S < 2^47)   */
 #define NSTATE (3 * DPT)       /* floats of one thread's state             */
 #define BAD_BIT 0x80000000u
 
-typedef float2 vecf; /* DPT floats */
+
 
 struct stv {
     float m[DPT], d[DPT], n[DPT];
@@ -62,7 +83,7 @@ struct launch_params {
     long long nchunk;           /* chunks per output                             */
     long long ch;               /* full chunk size in segments                   */
     int lanes;                  /* L                                             */
-    int uniform;                /* all chunks full, nchunk a power of 2 <= 32 L  */
+    int uniform;                /* all chunks full, nchunk a power of 2 <= 8 L   */
     int vec;                    /* 8-byte loads allowed (alignment)              */
 };
 
@@ -135,9 +156,14 @@ __device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long 
     }
 }
 
-/* One segment: local rows [lr, lr + n) of the row table, DPT dims. */
-__device__ __forceinline__ stv seg_reduce(const launch_params &P, const row_table *rt, int lr, int n, int q) {
+/* A segment's data for one thread: 8 rows x (value, score) x DPT dims. */
+struct seg_data {
     float v[KVC_SEG][DPT], s[KVC_SEG][DPT];
+};
+
+/* Issue the loads of local rows [lr, lr + n) (no use of the data yet). */
+__device__ __forceinline__ void seg_load(const launch_params &P, const row_table *rt, int lr, int n, int q,
+                                         seg_data &x) {
     const float *base = P.a.state_cache;
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++) {
@@ -146,29 +172,36 @@ __device__ __forceinline__ stv seg_reduce(const launch_params &P, const row_tabl
             if (vo < 0) {
 #pragma unroll
                 for (int j = 0; j < DPT; j++) {
-                    v[i][j] = 0.0f;
-                    s[i][j] = KVC_NEG_INF;
+                    x.v[i][j] = 0.0f;
+                    x.s[i][j] = KVC_NEG_INF;
                 }
-            } else if (P.vec) {
-                vecf a = __ldcs(reinterpret_cast<const vecf *>(base + vo) + q);
-                vecf b = __ldcs(reinterpret_cast<const vecf *>(base + so) + q);
-                v[i][0] = a.x;
-                v[i][1] = a.y;
-                s[i][0] = b.x;
-                s[i][1] = b.y;
+            } else if (DPT == 2 && P.vec) {
+                float2 a = KVC_LD(reinterpret_cast<const float2 *>(base + vo) + q);
+                float2 b = KVC_LD(reinterpret_cast<const float2 *>(base + so) + q);
+                x.v[i][0] = a.x;
+                x.v[i][DPT - 1] = a.y;
+                x.s[i][0] = b.x;
+                x.s[i][DPT - 1] = b.y;
+            } else if (DPT == 1) {
+                x.v[i][0] = KVC_LD(base + vo + q);
+                x.s[i][0] = KVC_LD(base + so + q);
             } else {
 #pragma unroll
                 for (int j = 0; j < DPT; j++) {
-                    v[i][j] = base[vo + DPT * q + j];
-                    s[i][j] = base[so + DPT * q + j];
+                    x.v[i][j] = base[vo + DPT * q + j];
+                    x.s[i][j] = base[so + DPT * q + j];
                 }
             }
         }
     }
+}
+
+/* The canonical segment reduction of loaded data (n rows). */
+__device__ __forceinline__ stv seg_compute(const seg_data &x, int n) {
     stv st;
 #pragma unroll
     for (int j = 0; j < DPT; j++) {
-        st.m[j] = s[0][j];
+        st.m[j] = x.s[0][j];
         st.d[j] = 0.0f;
         st.n[j] = 0.0f;
     }
@@ -176,32 +209,55 @@ __device__ __forceinline__ stv seg_reduce(const launch_params &P, const row_tabl
     for (int i = 1; i < KVC_SEG; i++)
         if (i < n)
 #pragma unroll
-            for (int j = 0; j < DPT; j++) st.m[j] = kvc_max(st.m[j], s[i][j]);
+            for (int j = 0; j < DPT; j++) st.m[j] = kvc_max(st.m[j], x.s[i][j]);
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++)
         if (i < n)
 #pragma unroll
-            for (int j = 0; j < DPT; j++) kvc_seg_step(st.m[j], s[i][j], v[i][j], &st.d[j], &st.n[j]);
+            for (int j = 0; j < DPT; j++) kvc_seg_step(st.m[j], x.s[i][j], x.v[i][j], &st.d[j], &st.n[j]);
 #pragma unroll
     for (int j = 0; j < DPT; j++) kvc_seg_close(st.m[j], &st.d[j], &st.n[j]);
     return st;
 }
 
-/* Complete subtree of KK segments; sg = first segment (global), r0 = the
- * chunk's first row (row-table index base). */
+__device__ __forceinline__ int seg_rows(const launch_params &P, long long sg) {
+    const long long g0 = sg * KVC_SEG;
+    return (int)((P.rows - g0) < KVC_SEG ? (P.rows - g0) : KVC_SEG);
+}
+
+/* A thread's complete subtree of KK consecutive segments from segment sg
+ * (r0: the chunk's first row), software-pipelined: the loads of segment i+1
+ * are in flight while segment i computes.  Fully unrolled, so the binary-
+ * counter stack has static indices and lives in registers. */
 template <int KK>
 __device__ __forceinline__ stv subtree(const launch_params &P, const row_table *rt, long long r0, long long sg,
                                        int q) {
-    if constexpr (KK == 1) {
-        const long long g0 = sg * KVC_SEG;
-        const int n = (int)((P.rows - g0) < KVC_SEG ? (P.rows - g0) : KVC_SEG);
-        return seg_reduce(P, rt, (int)(g0 - r0), n, q);
-    } else {
-        stv A = subtree<KK / 2>(P, rt, r0, sg, q);
-        stv B = subtree<KK / 2>(P, rt, r0, sg + KK / 2, q);
-        st_merge(A, B);
-        return A;
+    seg_data buf[1 + KVC_CUDA_PIPE];
+    stv stack[5];
+    if (KVC_CUDA_PIPE) seg_load(P, rt, (int)(sg * KVC_SEG - r0), seg_rows(P, sg), q, buf[0]);
+#pragma unroll
+    for (int i = 0; i < KK; i++) {
+        if (!KVC_CUDA_PIPE) {
+            seg_load(P, rt, (int)((sg + i) * KVC_SEG - r0), seg_rows(P, sg + i), q, buf[0]);
+        } else if (i + 1 < KK) {
+            seg_load(P, rt, (int)((sg + i + 1) * KVC_SEG - r0), seg_rows(P, sg + i + 1), q,
+                     buf[(i + 1) % (1 + KVC_CUDA_PIPE)]);
+        }
+        stv cur = seg_compute(buf[i % (1 + KVC_CUDA_PIPE)], seg_rows(P, sg + i));
+        /* push: merge with the complete subtrees it completes (ctz(i + 1) of them) */
+        int b = 0;
+#pragma unroll
+        for (; b < 4 && (((i + 1) >> b) & 1) == 0; b++) {
+            st_merge(stack[b], cur);
+            cur = stack[b];
+        }
+        stack[b] = cur;
     }
+    int top = 0;
+#pragma unroll
+    for (int b = 0; b < 5; b++)
+        if ((1 << b) == KK) top = b;
+    return stack[top];
 }
 
 __device__ stv subtree_rt(const launch_params &P, const row_table *rt, long long r0, long long sg, long long kk,
@@ -210,7 +266,8 @@ __device__ stv subtree_rt(const launch_params &P, const row_table *rt, long long
     case 1: return subtree<1>(P, rt, r0, sg, q);
     case 2: return subtree<2>(P, rt, r0, sg, q);
     case 4: return subtree<4>(P, rt, r0, sg, q);
-    default: return subtree<8>(P, rt, r0, sg, q); /* kk = csize / lanes <= MAX_CH / 2 */
+    case 8: return subtree<8>(P, rt, r0, sg, q);
+    default: return subtree<16>(P, rt, r0, sg, q); /* kk = csize / lanes <= MAX_CH */
     }
 }
 
@@ -332,21 +389,18 @@ __device__ __forceinline__ stv st_load(const float *src, int q) {
     return st;
 }
 
-/* Merge n consecutive chunk states (a complete subtree, n a power of two <= 32). */
-__device__ stv merge_chunks_tree(const float *base, long long k0, long long n, int q) {
-    stv acc[6];
-    long long sizes[6];
-    int top = -1;
-    for (long long k = 0; k < n; k++) {
-        top++;
-        acc[top] = st_load(base + (k0 + k) * (3 * 512), q);
-        sizes[top] = 1;
-        while (top >= 1 && sizes[top - 1] == sizes[top]) {
-            st_merge(acc[top - 1], acc[top]);
-            sizes[top - 1] *= 2;
-            top--;
-        }
-    }
+/* Merge n consecutive chunk states (a complete subtree, n a power of two
+ * <= 8): all loads are issued first, then the tree is merged in registers. */
+__device__ stv merge_chunks_tree(const float *base, long long k0, int n, int q) {
+    stv acc[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (k < n) acc[k] = st_load(base + (k0 + k) * (3 * 512), q);
+#pragma unroll
+    for (int w = 1; w < 8; w *= 2)
+#pragma unroll
+        for (int k = 0; k + w < 8; k += 2 * w)
+            if (k + w < n) st_merge(acc[k], acc[k + w]);
     return acc[0];
 }
 
@@ -381,7 +435,7 @@ __device__ void finish(const launch_params &P, const kvc_out_info &inf, const st
     finalize(P, inf, c, q, smem + 512);
 }
 
-__global__ void __launch_bounds__(DG *MAX_LANES, 2) compress_kernel(const launch_params P) {
+__global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(const launch_params P) {
     extern __shared__ float smem[]; /* [MAX_LANES][3][512] states; finaliser scratch */
     __shared__ row_table rt;
     __shared__ unsigned ticket;
@@ -446,7 +500,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, 2) compress_kernel(const launch
     if (P.uniform) {
         /* all chunks full and a power-of-two count: lanes merge complete subtrees */
         const int la = P.nchunk < P.lanes ? (int)P.nchunk : P.lanes;
-        const long long per = P.nchunk / la;
+        const int per = (int)(P.nchunk / la);
         if (lane < la) st = merge_chunks_tree(base, lane * per, per, q);
         merge_lanes(st, lane, la, q, smem);
     } else if (lane == 0) {
@@ -531,7 +585,12 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     /* chunk size: about one CTA per SM or more, as few chunk states as that
      * allows (a chunk is ch segments: up to 4 lanes x up to 4 segments). */
     const long long total = nout * P.nseg;
-    long long ch = pow2_floor(total / 264 > 0 ? total / 264 : 1);
+    /* enough CTAs for several waves, but chunks of >= 4 segments (small CTAs
+     * spend their time in prologue and merge) and <= 16 chunks per output
+     * (so the last CTA's merge is the parallel, load-all-first one) */
+    long long ch = pow2_floor(total / KVC_CUDA_CHDIV > 0 ? total / KVC_CUDA_CHDIV : 1);
+    if (ch < 4) ch = 4;
+    while (ch * 16 < P.nseg) ch *= 2;
     if (ch > MAX_CH) ch = MAX_CH;
     while (ch > 1 && ch > P.nseg) ch /= 2;
     long long L = ch < MAX_LANES ? ch : MAX_LANES;
@@ -539,7 +598,7 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     P.lanes = (int)L;
     P.nchunk = P.nseg / ch;
     for (long long r = P.nseg % ch; r; r &= r - 1) P.nchunk++;
-    P.uniform = P.nseg % ch == 0 && (P.nchunk & (P.nchunk - 1)) == 0 && P.nchunk <= 32 * L;
+    P.uniform = P.nseg % ch == 0 && (P.nchunk & (P.nchunk - 1)) == 0 && P.nchunk <= 8 * L;
     P.vec = ((uintptr_t)a->state_cache % (4 * DPT) == 0) && a->state_stride_block % DPT == 0 &&
             a->state_stride_token % DPT == 0;
 
