@@ -1,0 +1,205 @@
+"""kvcompress: DeepSeek-V4-style KV-cache compression, exact and fast.
+
+    import kvcompress
+    kvcompress.c128_256_512_compress(state_cache, token_to_req, positions,
+                                     boundary_token_indices, block_table,
+                                     rms_norm_weight, cos_sin_cache,
+                                     kv_slot_mapping, kv_cache, block_size,
+                                     compress_ratio, rms_norm_eps=1e-6)
+
+writes the compressed slots into ``kv_cache`` in place and returns it.  Torch
+CPU tensors and numpy arrays run on the CPU backend; torch CUDA tensors on the
+CUDA backend, on the tensor's device and torch's current stream, without
+synchronizing.  Strides of state_cache, block_table, cos_sin_cache and kv_cache
+are passed through (their last dimension must be contiguous); the 1-D index
+tensors are used as they are when contiguous and copied otherwise.
+
+Errors: wrong dtypes, devices or shapes, and every index check the library
+makes on the host, raise :class:`KVCError` (a ``ValueError``) with the
+library's message.  On the GPU, index VALUES are checked by the kernel: a bad
+output is skipped and recorded; call :func:`check_device_status` (it
+synchronizes the stream) to raise the first such error.
+"""
+import ctypes
+
+from . import _lib
+
+__all__ = ["c128_256_512_compress", "compress", "check_device_status", "KVCError", "backend_available",
+           "__version__"]
+
+_L = _lib.load()
+__version__ = _L.kvc_version_string().decode()
+
+
+class KVCError(ValueError):
+    """A refused call: ``status`` is the kvc_status name, the text the library's message."""
+
+    def __init__(self, status, message):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+def backend_available(name):
+    return bool(_L.kvc_backend_available(_lib.BACKENDS[name]))
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+class _View:
+    """Pointer, shape and element strides of a torch tensor or numpy array."""
+
+    def __init__(self, name, x, dtypes, ndim):
+        self.name = name
+        self.obj = x
+        if _is_torch(x):
+            dt = str(x.dtype).replace("torch.", "")
+            self.device = "cuda" if x.is_cuda else ("cpu" if x.device.type == "cpu" else x.device.type)
+            self.device_index = x.device.index if x.is_cuda else -1
+            self.shape = tuple(x.shape)
+            self.strides = tuple(x.stride())
+            self.ptr = x.data_ptr()
+        else:
+            import numpy as np
+            x = np.asarray(x)
+            self.obj = x
+            dt = x.dtype.name
+            if dt == "bfloat16" or (dt == "void16"):
+                dt = "bfloat16"
+            self.device, self.device_index = "cpu", -1
+            self.shape = x.shape
+            self.strides = tuple(s // x.itemsize for s in x.strides)
+            self.ptr = x.ctypes.data
+        if dt not in dtypes:
+            raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: dtype {dt}, expected {' or '.join(dtypes)}")
+        if len(self.shape) != ndim:
+            raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: {len(self.shape)} dimensions, expected {ndim}")
+        if ndim > 1 and self.shape[-1] > 1 and self.strides[-1] != 1:
+            raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: the last dimension must be contiguous "
+                                                  f"(stride {self.strides[-1]})")
+
+
+def _index_1d(name, x, dtypes):
+    """1-D index tensors must be contiguous for the C API: copy when they are not."""
+    v = _View(name, x, dtypes, 1)
+    if v.shape[0] > 1 and v.strides[0] != 1:
+        x = x.contiguous() if _is_torch(x) else __import__("numpy").ascontiguousarray(x)
+        v = _View(name, x, dtypes, 1)
+    return v
+
+
+def compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+             cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps=1e-6, *,
+             nope_format="int8", overlap=False, cos_sin_layout="split", kv_block_size=64, backend=None,
+             num_threads=0):
+    """Like :func:`c128_256_512_compress`, with explicit control: ``backend`` is
+    None (from the tensors' device), "cpu", "cuda" or "opencl"; ``num_threads``
+    is the CPU thread count (0 = all cores).  Returns (kv_cache, report) where
+    report is a dict (GPU: counts are -1, see :func:`check_device_status`)."""
+    st = _View("state_cache", state_cache, ("float32",), 3)
+    t2r = _index_1d("token_to_req", token_to_req, ("int32",))
+    pos = _index_1d("positions", positions, ("int64",))
+    bidx = _index_1d("boundary_token_indices", boundary_token_indices, ("int64",))
+    bt = _View("block_table", block_table, ("int32",), 2)
+    w = _View("rms_norm_weight", rms_norm_weight, ("bfloat16", "uint16", "int16"), 1)
+    cs = _View("cos_sin_cache", cos_sin_cache, ("float32",), 2)
+    slots = _index_1d("kv_slot_mapping", kv_slot_mapping, ("int64",))
+    kv = _View("kv_cache", kv_cache, ("uint8",), 2)
+    views = (st, t2r, pos, bidx, bt, w, cs, slots, kv)
+    devices = {(v.device, v.device_index) for v in views}
+    if len(devices) != 1:
+        raise KVCError("KVC_ERROR_BAD_PARAMETER", "all tensors must be on one device, got " +
+                       ", ".join(f"{v.name}: {v.device}{'' if v.device_index < 0 else ':%d' % v.device_index}"
+                                 for v in views))
+    device, device_index = devices.pop()
+    if backend is None:
+        backend = "cuda" if device == "cuda" else "cpu"
+    if (backend == "cuda") != (device == "cuda"):
+        raise KVCError("KVC_ERROR_BAD_PARAMETER", f"backend {backend} with tensors on {device}")
+    if w.shape[0] != 512:
+        raise KVCError("KVC_ERROR_BAD_SHAPE", f"rms_norm_weight: {w.shape[0]} values, expected 512")
+    if cs.shape[1] != 64:
+        raise KVCError("KVC_ERROR_BAD_SHAPE", f"cos_sin_cache: rows of {cs.shape[1]}, expected 64")
+    n_tok = t2r.shape[0]
+    for v in (pos, slots):
+        if v.shape[0] != n_tok:
+            raise KVCError("KVC_ERROR_BAD_SHAPE", f"{v.name}: {v.shape[0]} tokens, token_to_req has {n_tok}")
+    if nope_format not in _lib.NOPE_FORMATS:
+        raise KVCError("KVC_ERROR_BAD_PARAMETER", f"nope_format {nope_format!r}: expected int8 or fp8")
+    if cos_sin_layout not in _lib.COS_SIN_LAYOUTS:
+        raise KVCError("KVC_ERROR_BAD_PARAMETER", f"cos_sin_layout {cos_sin_layout!r}: expected split or interleaved")
+
+    a = _lib.Args()
+    _L.kvc_args_init(ctypes.byref(a))
+    a.state_cache = st.ptr
+    a.num_blocks, a.block_size, a.state_width = st.shape[0], int(block_size), st.shape[2]
+    if st.shape[1] != int(block_size):
+        raise KVCError("KVC_ERROR_BAD_SHAPE", f"state_cache: {st.shape[1]} tokens per block, block_size is "
+                                              f"{block_size}")
+    a.state_stride_block, a.state_stride_token = st.strides[0] or 1, st.strides[1] or 1
+    a.token_to_req, a.positions, a.kv_slot_mapping, a.num_tokens = t2r.ptr, pos.ptr, slots.ptr, n_tok
+    a.boundary_token_indices, a.num_outputs = bidx.ptr, bidx.shape[0]
+    a.block_table, a.num_reqs, a.blocks_per_req = bt.ptr, bt.shape[0], bt.shape[1]
+    a.block_table_stride = bt.strides[0] if bt.shape[0] > 1 else bt.shape[1]
+    a.rms_norm_weight = w.ptr
+    a.cos_sin_cache, a.max_pos, a.cos_sin_stride = cs.ptr, cs.shape[0], cs.strides[0] if cs.shape[0] > 1 else 64
+    a.kv_cache, a.num_pages = kv.ptr, kv.shape[0]
+    a.page_stride = kv.strides[0] if kv.shape[0] > 1 else kv.shape[1]
+    a.kv_block_size = int(kv_block_size)
+    a.compress_ratio = int(compress_ratio)
+    a.rms_norm_eps = float(rms_norm_eps)
+    a.nope_format = _lib.NOPE_FORMATS[nope_format]
+    a.overlap = 1 if overlap else 0
+    a.cos_sin_layout = _lib.COS_SIN_LAYOUTS[cos_sin_layout]
+
+    e = _lib.Exec()
+    _L.kvc_exec_init(ctypes.byref(e))
+    e.backend = _lib.BACKENDS[backend]
+    e.num_threads = int(num_threads)
+    if backend == "cuda":
+        import torch
+        e.device = device_index
+        e.stream = torch.cuda.current_stream(device_index).cuda_stream
+    rep = _lib.Report()
+    status = _L.kvc_compress(ctypes.byref(a), ctypes.byref(e), ctypes.byref(rep))
+    if status != 0:
+        raise KVCError(_L.kvc_status_string(status).decode(), _L.kvc_last_error_message().decode())
+    report = {"outputs_written": rep.outputs_written, "outputs_padding": rep.outputs_padding,
+              "outputs_nonfinite": rep.outputs_nonfinite}
+    return kv_cache, report
+
+
+def c128_256_512_compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
+                          rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio,
+                          rms_norm_eps=1e-6, *, nope_format="int8", overlap=False, cos_sin_layout="split",
+                          kv_block_size=64):
+    """The statement's signature: writes the compressed slots into kv_cache in
+    place and returns kv_cache.  See the module docstring."""
+    out, _ = compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+                      cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,
+                      nope_format=nope_format, overlap=overlap, cos_sin_layout=cos_sin_layout,
+                      kv_block_size=kv_block_size)
+    return out
+
+
+def check_device_status(device=None):
+    """Synchronize torch's current stream on `device` and raise KVCError for the
+    first device-side index error of the last call there; return the counts."""
+    import torch
+    idx = torch.cuda.current_device() if device is None else torch.device(device).index
+    e = _lib.Exec()
+    _L.kvc_exec_init(ctypes.byref(e))
+    e.backend = _lib.BACKENDS["cuda"]
+    e.device = idx
+    e.stream = torch.cuda.current_stream(idx).cuda_stream
+    s = _lib.DeviceStatus()
+    st = _L.kvc_cuda_read_status(ctypes.byref(e), ctypes.byref(s))
+    if st != 0:
+        raise KVCError(_L.kvc_status_string(st).decode(), _L.kvc_last_error_message().decode())
+    if s.status != 0:
+        raise KVCError(_L.kvc_status_string(s.status).decode(),
+                       f"device check '{_L.kvc_check_string(s.check).decode()}' failed for output {s.output}: "
+                       f"value {s.value}")
+    return {"outputs_written": s.outputs_written, "outputs_padding": s.outputs_padding,
+            "outputs_nonfinite": s.outputs_nonfinite, "outputs_invalid": s.outputs_invalid}

@@ -1,0 +1,117 @@
+"""python -m kvcompress.bench: kvcompress against the naive PyTorch program of
+the statement (kvcompress.reference) on the 12 headline cases, SPEC 6 timing
+(CUDA events, L2 flushed before each call, median), same inputs, same run.
+
+    python -m kvcompress.bench [--layout contig|shuffle|both] [--repeat N]
+                               [--json FILE] [--plot FILE.png]
+"""
+import argparse
+import json
+import math
+import sys
+
+import numpy as np
+
+HEADLINE = [(1, 8192), (4, 32768), (8, 65536), (8, 131072)]
+
+
+def _time(fn, repeat, flush):
+    import torch
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for i in range(repeat + 3):
+        flush.random_(0, 255)
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        if i >= 3:
+            times.append(e0.elapsed_time(e1) * 1e3)
+    return float(np.median(times))
+
+
+def _read_bw(flush):
+    import torch
+    x = torch.empty(1 << 29, dtype=torch.float32, device="cuda").uniform_()
+    t = _time(lambda: x.sum(), 30, flush)
+    return x.numel() * 4 / (t * 1e-6) / 1e9
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m kvcompress.bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layout", default="both", choices=["contig", "shuffle", "both"])
+    ap.add_argument("--repeat", type=int, default=100)
+    ap.add_argument("--torch-repeat", type=int, default=20)
+    ap.add_argument("--json")
+    ap.add_argument("--plot")
+    args = ap.parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print("python -m kvcompress.bench needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    import kvcompress
+    from kvcompress.rand import generate, slot_rows
+    from kvcompress.reference import reference_compress, conforms
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    bw = _read_bw(flush)
+    layouts = ["contig", "shuffle"] if args.layout == "both" else [args.layout]
+    rows = []
+    print(f"kvcompress {kvcompress.__version__} vs the naive PyTorch program, {torch.cuda.get_device_name()}, "
+          f"read bandwidth {bw:.0f} GB/s")
+    print(f"{'case':24} {'layout':8} {'torch_us':>10} {'kvc_us':>9} {'floor_us':>9} {'%read':>6} {'speedup':>8}  conform")
+    for layout in layouts:
+        for i in range(12):
+            reqs, tokens = HEADLINE[i % 4]
+            C = 128 << (i // 4)
+            with generate(reqs, tokens, C, 8, shuffle=(layout == "shuffle"), seed=1 + i) as case:
+                t = [torch.from_numpy(np.array(x)).cuda() if isinstance(x, np.ndarray) else x
+                     for x in case.inputs()]
+                t[5] = t[5].view(torch.bfloat16)
+                kv = t[8]
+                n = len(case.boundary_token_indices)
+                ours = lambda: kvcompress.c128_256_512_compress(*t)
+                ref = lambda: reference_compress(*t)
+                us_k = _time(ours, args.repeat, flush)
+                us_t = _time(ref, args.torch_repeat, flush)
+                ours()
+                ok, msg, differ = conforms(slot_rows(kv.cpu().numpy(), n), slot_rows(ref().cpu().numpy(), n))
+                bytes_ = n * C * 4096 + n * 584
+                floor = bytes_ / (bw * 1e9) * 1e6
+                name = f"r{reqs}_t{tokens}_c{C}"
+                rows.append(dict(name=name, layout=layout, torch_us=us_t, kvc_us=us_k, floor_us=floor,
+                                 pct_read_bw=100 * floor / us_k, speedup=us_t / us_k, conforms=ok,
+                                 nope_differ=differ))
+                print(f"{name:24} {layout:8} {us_t:10.1f} {us_k:9.1f} {floor:9.1f} {100 * floor / us_k:5.1f}% "
+                      f"{us_t / us_k:7.1f}x  {msg} ({differ} differ)", flush=True)
+    for layout in layouts:
+        sp = [r["speedup"] for r in rows if r["layout"] == layout]
+        print(f"geomean speedup ({layout}): {math.exp(sum(map(math.log, sp)) / len(sp)):.1f}x")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(read_bw_gbs=bw, device=torch.cuda.get_device_name(), cases=rows), f, indent=1)
+    if args.plot:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("--plot needs matplotlib", file=sys.stderr)
+            return 1
+        sel = [r for r in rows if r["layout"] == layouts[0]]
+        x = np.arange(len(sel))
+        fig, ax = plt.subplots(figsize=(11, 4.5))
+        ax.bar(x - 0.27, [r["torch_us"] for r in sel], 0.27, label="PyTorch program")
+        ax.bar(x, [r["kvc_us"] for r in sel], 0.27, label="kvcompress")
+        ax.bar(x + 0.27, [r["floor_us"] for r in sel], 0.27, label="memory floor")
+        ax.set_yscale("log")
+        ax.set_ylabel("us per call (log)")
+        ax.set_xticks(x, [r["name"] for r in sel], rotation=30, ha="right", fontsize=8)
+        ax.set_title(f"kvcompress on {torch.cuda.get_device_name()} ({layouts[0]} block table)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
