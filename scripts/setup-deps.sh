@@ -11,6 +11,10 @@ if [ "${KVC_WANT_OPENCL:-0}" = 1 ]; then
   [ -e /usr/include/CL/cl.h ] || need_apt+=(ocl-icd-opencl-dev opencl-headers)
   ls /etc/OpenCL/vendors/*pocl* >/dev/null 2>&1 || need_apt+=(pocl-opencl-icd)
 fi
+if [ "${KVC_WANT_SANITIZERS:-0}" = 1 ]; then
+  command -v clang >/dev/null 2>&1 || need_apt+=(clang)
+  ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need_apt+=(libclang-rt-dev)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing: ${need_apt[*]}"

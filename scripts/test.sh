@@ -3,6 +3,7 @@
 # OpenCL on PoCL where present; GPU tests skip cleanly without a GPU).
 set -eu
 cd "$(dirname "$0")/.."
+export KVC_WANT_SANITIZERS=${KVC_WANT_SANITIZERS:-1}
 KVC_WANT_OPENCL=${KVC_WANT_OPENCL:-0} scripts/setup-deps.sh || KVC_WANT_OPENCL=0 scripts/setup-deps.sh
 # Python test dependencies (the package itself is tested from the source tree)
 python3 -c "import numpy, pytest, ml_dtypes" 2>/dev/null ||
@@ -11,3 +12,22 @@ python3 -c "import numpy, pytest, ml_dtypes" 2>/dev/null ||
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)"
 ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"
+
+# Hardening (skip with KVC_WANT_SANITIZERS=0): the C suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer (clang, CPU backend) with a
+# 60-second libFuzzer smoke run, then the threading tests under ThreadSanitizer.
+if [ "$KVC_WANT_SANITIZERS" = 1 ]; then
+  if ! command -v clang >/dev/null 2>&1; then
+    echo "clang is missing: install clang and libclang-rt-dev, or run with KVC_WANT_SANITIZERS=0" >&2
+    exit 1
+  fi
+  CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVC_CUDA=OFF \
+    -DKVC_SANITIZE=address,undefined -DKVC_FUZZ=ON >/dev/null
+  cmake --build build-asan -j "$(nproc)"
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -E '^(python|cli|install_consumer)$'
+  CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVC_CUDA=OFF \
+    -DKVC_SANITIZE=thread >/dev/null
+  cmake --build build-tsan -j "$(nproc)" --target test_threads test_semantics
+  TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R '^(threads_cpu|semantics_cpu)$'
+fi

@@ -11,10 +11,74 @@
 #include <string.h>
 
 #include "kvc_canon.h"
+#include "kvc_check.h"
 #include "kvcompress_rand.h"
 #include "test_util.h"
 
 static float fbits(uint32_t u) { return kvc_host_float(u); }
+
+/* Index arithmetic is 64-bit end to end: offsets past 2^31 elements, and a
+ * full validation of positions, blocks and slots past 2^31 (nothing that
+ * large is allocated: validation reads only the index tensors). */
+static void test_64bit_addressing(void) {
+    kvc_args a;
+    kvc_args_init(&a);
+    a.block_size = 8;
+    a.state_stride_token = 1024 + 16;
+    a.state_stride_block = 8 * (1024 + 16) + 48;
+    const int64_t blk = 3000000007LL, pos = 123456789012LL;
+    __int128 want = (__int128)blk * a.state_stride_block + (__int128)(pos % 8) * a.state_stride_token;
+    TU_CHECK((__int128)kvc_state_row_offset(&a, blk, pos) == want, "state row offset past 2^31");
+    a.kv_block_size = 64;
+    a.page_stride = 64 * 584 + 8;
+    const int64_t slot = 5000000123LL;
+    int64_t po, so;
+    kvc_slot_offsets(&a, slot, &po, &so);
+    __int128 page = slot / 64, s = slot % 64;
+    TU_CHECK((__int128)po == page * a.page_stride + s * 576 && (__int128)so == page * a.page_stride + 64 * 576 + s * 8,
+             "slot offsets past 2^31");
+
+    /* validate a call whose positions, blocks and slots are all past 2^31 */
+    float dummy_state[4];
+    uint16_t w[512] = {0};
+    float cs[64] = {0};
+    uint8_t kv[8];
+    int32_t t2r[2] = {0, 1};
+    int64_t positions[2] = {(INT64_C(1) << 33) + 127, (INT64_C(1) << 34) - 1};
+    int64_t slots[2] = {INT64_C(3) << 31, (INT64_C(3) << 31) + 1};
+    int64_t bidx[2] = {0, 1};
+    int32_t table[2 * 4] = {0, 1, 2, 3, 1, 2, 3, 0};
+    kvc_args_init(&a);
+    a.state_cache = dummy_state;
+    a.block_size = INT64_C(1) << 32; /* 4 logical blocks of 2^32 positions */
+    a.num_blocks = 4;
+    a.token_to_req = t2r;
+    a.positions = positions;
+    a.kv_slot_mapping = slots;
+    a.num_tokens = 2;
+    a.boundary_token_indices = bidx;
+    a.num_outputs = 2;
+    a.block_table = table;
+    a.num_reqs = 2;
+    a.blocks_per_req = 4;
+    a.rms_norm_weight = w;
+    a.cos_sin_cache = cs;
+    a.max_pos = INT64_C(1) << 35;
+    a.kv_cache = kv;
+    a.num_pages = INT64_C(1) << 28; /* 2^34 slots of 64 */
+    a.compress_ratio = 128;
+    kvc_status st = kvc_validate(&a);
+    TU_CHECK(st == KVC_OK, "64-bit validation: %s", kvc_last_error_message());
+    slots[1] = a.num_pages * 64;
+    st = kvc_validate(&a);
+    TU_CHECK(st == KVC_ERROR_INDEX_OUT_OF_RANGE && strstr(kvc_last_error_message(), "= 17179869184 >= num_pages"),
+             "slot 2^34 refused: %s", kvc_last_error_message());
+    slots[1] = (INT64_C(3) << 31) + 1;
+    table[4 + 3] = 4;
+    st = kvc_validate(&a);
+    TU_CHECK(st == KVC_ERROR_INDEX_OUT_OF_RANGE && strstr(kvc_last_error_message(), "[3] = 4 outside"),
+             "block of position 2^34 - 1 checked: %s", kvc_last_error_message());
+}
 
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
@@ -119,6 +183,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 9; i++)
         TU_CHECK(kvc_tree_split(n_[i]) == p_[i], "split(%lld) = %lld", n_[i], (long long)kvc_tree_split(n_[i]));
 
+    test_64bit_addressing();
     printf("%s (%d failures)\n", tu_failures ? "FAILED" : "passed", tu_failures);
     return tu_failures ? 1 : 0;
 }

@@ -36,6 +36,18 @@ typedef struct kvc_out_info {
     kvc_i64 aux;   /* logical block index for PHYSICAL_BLOCK           */
 } kvc_out_info;
 
+/** Element offset (floats) of the state row of position pos in physical block blk. */
+KVC_FN kvc_i64 kvc_state_row_offset(const kvc_args *a, kvc_i64 blk, kvc_i64 pos) {
+    return blk * a->state_stride_block + (pos % a->block_size) * a->state_stride_token;
+}
+
+/** Byte offsets in kv_cache of slot's 576 payload bytes and of its 8 scale bytes. */
+KVC_FN void kvc_slot_offsets(const kvc_args *a, kvc_i64 slot, kvc_i64 *payload, kvc_i64 *scales) {
+    const kvc_i64 S = a->kv_block_size, page = slot / S, s = slot - page * S;
+    *payload = page * a->page_stride + s * 576;
+    *scales = page * a->page_stride + S * 576 + s * 8;
+}
+
 /** First position the window of boundary position p reads (masked rows excluded). */
 KVC_FN kvc_i64 kvc_window_first(kvc_i64 p, kvc_i64 C, int overlap) {
     kvc_i64 lo = overlap ? p - 2 * C + 1 : p - C + 1;

@@ -108,8 +108,7 @@ static void window_row(const kvc_args *a, const int32_t *table_row, int64_t p, i
         pos = p - C + 1 + i;
         half = 1;
     }
-    const int64_t blk = table_row[pos / a->block_size];
-    const float *row = a->state_cache + blk * a->state_stride_block + (pos % a->block_size) * a->state_stride_token;
+    const float *row = a->state_cache + kvc_state_row_offset(a, table_row[pos / a->block_size], pos);
     if (a->overlap == KVC_OVERLAP_ON) {
         *v = row + (half ? 512 : 0);
         *s = row + (half ? 1536 : 1024);
@@ -142,13 +141,12 @@ static int compute_output(const kvc_args *a, const kvc_out_info *inf, seg_state 
     for (int k = top - 1; k >= 0; k--) state_merge(&stack[k], &stack[k + 1]);
     state_result(&stack[0], c);
 
-    const int64_t S = a->kv_block_size;
-    uint8_t *page = a->kv_cache + (inf->slot / S) * a->page_stride;
-    const int64_t s_in = inf->slot % S;
+    int64_t payload, scales;
+    kvc_slot_offsets(a, inf->slot, &payload, &scales);
     const float *cs = a->cos_sin_cache + inf->pc * a->cos_sin_stride;
     return kvc_finalize_slot(c, y, a->rms_norm_weight, cs, a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED,
-                             a->rms_norm_eps, a->nope_format == KVC_NOPE_FP8_E4M3, page + s_in * KVC_PAYLOAD_BYTES,
-                             page + S * KVC_PAYLOAD_BYTES + s_in * KVC_SCALE_BYTES);
+                             a->rms_norm_eps, a->nope_format == KVC_NOPE_FP8_E4M3, a->kv_cache + payload,
+                             a->kv_cache + scales);
 }
 
 typedef struct {

@@ -150,7 +150,7 @@ __device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long 
             rt->voff[t] = rt->soff[t] = -1;
             continue;
         }
-        const long long base = blk * a.state_stride_block + (pos - l * a.block_size) * a.state_stride_token;
+        const long long base = kvc_state_row_offset(&a, blk, pos);
         rt->voff[t] = base + vo;
         rt->soff[t] = base + so;
     }
@@ -304,11 +304,10 @@ __device__ void finalize(const launch_params &P, const kvc_out_info &inf, const 
         bad |= kvc_nonfinite(y[j]);
     }
     const int fp8 = a.nope_format == KVC_NOPE_FP8_E4M3;
-    const long long S = a.kv_block_size;
-    uint8_t *page = a.kv_cache + (inf.slot / S) * a.page_stride;
-    const long long s_in = inf.slot % S;
-    uint8_t *payload = page + s_in * KVC_PAYLOAD_BYTES;
-    uint8_t *scales = page + S * KVC_PAYLOAD_BYTES + s_in * KVC_SCALE_BYTES;
+    long long po, so;
+    kvc_slot_offsets(&a, inf.slot, &po, &so);
+    uint8_t *payload = a.kv_cache + po;
+    uint8_t *scales = a.kv_cache + so;
     uint8_t out[8];
     int nout = 0, e = 0;
     /* bf16 and group amax on all 128 threads: the shuffles must not diverge
