@@ -170,12 +170,50 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
     return kv_cache, report
 
 
+_TORCH_OP = None
+
+
+def _torch_op():
+    """torch.ops.kvcompress.compress_: the call as a torch custom op (mutates
+    kv_cache), so torch.compile treats it as one opaque node and CUDA graphs
+    capture it.  Registered on first use with torch tensors."""
+    global _TORCH_OP
+    if _TORCH_OP is None:
+        import torch
+
+        @torch.library.custom_op("kvcompress::compress_", mutates_args=("kv_cache",))
+        def _op(state_cache: torch.Tensor, token_to_req: torch.Tensor, positions: torch.Tensor,
+                boundary_token_indices: torch.Tensor, block_table: torch.Tensor, rms_norm_weight: torch.Tensor,
+                cos_sin_cache: torch.Tensor, kv_slot_mapping: torch.Tensor, kv_cache: torch.Tensor,
+                block_size: int, compress_ratio: int, rms_norm_eps: float, nope_format: str, overlap: bool,
+                cos_sin_layout: str, kv_block_size: int) -> None:
+            compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+                     cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,
+                     nope_format=nope_format, overlap=overlap, cos_sin_layout=cos_sin_layout,
+                     kv_block_size=kv_block_size)
+
+        @_op.register_fake
+        def _(*args):
+            return None
+
+        _TORCH_OP = torch.ops.kvcompress.compress_
+    return _TORCH_OP
+
+
 def c128_256_512_compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
                           rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio,
                           rms_norm_eps=1e-6, *, nope_format="int8", overlap=False, cos_sin_layout="split",
                           kv_block_size=64):
     """The statement's signature: writes the compressed slots into kv_cache in
-    place and returns kv_cache.  See the module docstring."""
+    place and returns kv_cache.  See the module docstring.  With torch tensors
+    the call goes through the custom op torch.ops.kvcompress.compress_."""
+    if _is_torch(kv_cache) and all(_is_torch(x) for x in (state_cache, token_to_req, positions,
+                                                           boundary_token_indices, block_table, rms_norm_weight,
+                                                           cos_sin_cache, kv_slot_mapping)):
+        _torch_op()(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+                    cos_sin_cache, kv_slot_mapping, kv_cache, int(block_size), int(compress_ratio),
+                    float(rms_norm_eps), nope_format, bool(overlap), cos_sin_layout, int(kv_block_size))
+        return kv_cache
     out, _ = compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
                       cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,
                       nope_format=nope_format, overlap=overlap, cos_sin_layout=cos_sin_layout,

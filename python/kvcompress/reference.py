@@ -5,6 +5,24 @@ and the reference the GPU tests check conformance (SPEC 4) against."""
 import numpy as np
 
 
+def reference_y(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+                block_size, compress_ratio, rms_norm_eps=1e-6):
+    """y = RMSNorm(softmax-weighted window sum) * weight, [outputs, 512] float32 (plain windows)."""
+    import torch
+    C = compress_ratio
+    b = boundary_token_indices
+    r = token_to_req[b].long()
+    p = positions[b]
+    t = p[:, None] - C + 1 + torch.arange(C, device=state_cache.device)[None, :]   # [n, C]
+    blk = block_table[r[:, None], t // block_size].long()                          # [n, C]
+    rows = state_cache[blk, t % block_size]                                        # [n, C, 1024]
+    v, s = rows[..., :512], rows[..., 512:]
+    c = (torch.softmax(s, dim=1) * v).sum(dim=1)                                   # [n, 512]
+    w = rms_norm_weight.float() if rms_norm_weight.dtype == torch.bfloat16 else \
+        rms_norm_weight.view(torch.bfloat16).float()
+    return c * torch.rsqrt(c.pow(2).mean(dim=-1, keepdim=True) + rms_norm_eps) * w
+
+
 def reference_compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
                        rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio,
                        rms_norm_eps=1e-6, kv_block_size=64):
@@ -12,16 +30,9 @@ def reference_compress(state_cache, token_to_req, positions, boundary_token_indi
     C = compress_ratio
     dev = state_cache.device
     b = boundary_token_indices
-    r = token_to_req[b].long()
     p = positions[b]
-    t = p[:, None] - C + 1 + torch.arange(C, device=dev)[None, :]              # [n, C]
-    blk = block_table[r[:, None], t // block_size].long()                       # [n, C]
-    rows = state_cache[blk, t % block_size]                                     # [n, C, 1024]
-    v, s = rows[..., :512], rows[..., 512:]
-    c = (torch.softmax(s, dim=1) * v).sum(dim=1)                                # [n, 512]
-    w = rms_norm_weight.float() if rms_norm_weight.dtype == torch.bfloat16 else \
-        rms_norm_weight.view(torch.bfloat16).float()
-    y = c * torch.rsqrt(c.pow(2).mean(dim=-1, keepdim=True) + rms_norm_eps) * w
+    y = reference_y(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+                    block_size, compress_ratio, rms_norm_eps)
     n = y.shape[0]
     nope = y[:, :448].to(torch.bfloat16).float().view(n, 7, 64)
     amax = nope.abs().amax(dim=-1).clamp(min=1e-4)                              # [n, 7]

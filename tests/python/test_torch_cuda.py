@@ -111,3 +111,38 @@ def test_mixed_devices_refused():
         t[0] = t[0].cuda()
         with pytest.raises(kvcompress.KVCError, match="one device"):
             kvcompress.c128_256_512_compress(*t)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=cuda)])
+def test_torch_custom_op_and_compile(device):
+    assert hasattr(torch, "compile")
+    with generate(2, 2048, 128, 8, shuffle=True, seed=14) as c:
+        want = _cpu_bytes(c)
+        t = to_torch(c, device)
+
+        def step(*args):
+            return kvcompress.c128_256_512_compress(*args)
+
+        out = torch.compile(step)(*t)
+        assert torch.ops.kvcompress.compress_ is not None
+        assert np.array_equal(out.cpu().numpy(), want)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=cuda)])
+def test_fp8_payload_decodes_through_float8_view(device):
+    from kvcompress.reference import reference_y
+    with generate(2, 4096, 128, 8, shuffle=True, seed=15, nope_format="fp8") as c:
+        t = to_torch(c, device)
+        kvcompress.c128_256_512_compress(*t, nope_format="fp8")
+        n = len(c.boundary_token_indices)
+        rows = torch.from_numpy(slot_rows(t[8].cpu().numpy(), n))
+        codes = rows[:, :448].contiguous()
+        dec = codes.view(torch.float8_e4m3fn).float()                       # values in units of 2^e
+        e = rows[:, 576:583].long() - 127                                   # [n, 7]
+        vals = dec.view(n, 7, 64) * torch.exp2(e.float())[..., None]
+        # the codes are exactly what a float8_e4m3fn cast of the decoded values gives
+        assert torch.equal(dec.to(torch.float8_e4m3fn).view(torch.uint8), codes)
+        y = reference_y(*[x.cpu() if isinstance(x, torch.Tensor) else x for x in t[:6]], 8, 128)
+        z = y[:, :448].to(torch.bfloat16).float().view(n, 7, 64)
+        tol = z.abs() * 2.0 ** -4 + torch.exp2(e.float() - 9)[..., None] + z.abs() * 1e-3
+        assert bool(((vals - z).abs() <= tol).all())
