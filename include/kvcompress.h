@@ -213,11 +213,13 @@ typedef struct kvc_exec {
     kvc_backend backend;
     int num_threads;     /* CPU: worker threads, 0 = all online cores        */
     void *stream;        /* CUDA: cudaStream_t (NULL = legacy default stream);
-                            OpenCL: cl_command_queue (required)              */
+                            OpenCL: cl_command_queue (required); then every
+                            tensor pointer of kvc_args holds a cl_mem (cast),
+                            the tensor at offset 0 of that buffer            */
     int device;          /* CUDA device ordinal, -1 = the current device     */
     kvc_device_status *device_status; /* GPU: optional caller-owned device
-                            memory for the status word; NULL = the library's
-                            own per-device word                              */
+                            memory for the status word (OpenCL: a cl_mem of
+                            >= 40 bytes); NULL = the library's own word      */
 } kvc_exec;
 
 /** kvc_exec_init() -- AUTO backend, all threads, default stream, device -1. */
@@ -280,6 +282,14 @@ KVC_API int kvc_cpu_default_threads(void);
  */
 KVC_API kvc_status kvc_cuda_read_status(const kvc_exec *exec,
                                         kvc_device_status *out);
+
+/**
+ * kvc_opencl_read_status() -- read (blocking, on exec->stream, the
+ * cl_command_queue) the device status word of the last OpenCL call in that
+ * queue's context, or exec->device_status (a cl_mem) if set.
+ * @return KVC_OK, KVC_ERROR_BACKEND_UNAVAILABLE without OpenCL, or an error.
+ */
+KVC_API kvc_status kvc_opencl_read_status(const kvc_exec *exec, kvc_device_status *out);
 
 #ifdef __cplusplus
 }

@@ -313,10 +313,10 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
     kvc_case_free(&c);
 }
 
-#ifdef KVC_KIT_WITH_CUDA
+#if defined(KVC_KIT_WITH_CUDA) || defined(KVC_KIT_WITH_OPENCL)
 /* GPU: an output with a bad index value is skipped, the first error lands in
  * the device status word, every other output is written as on the CPU. */
-static void test_device_errors(void) {
+static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_report *, kvc_device_status *)) {
     kvc_case c;
     if (!gen(&c, 2, 2 * 1024, 128, 8, 1, 31)) return;
     TU_CHECK(kvc_compress(&c.args, NULL, NULL) == KVC_OK, "CPU run");
@@ -339,7 +339,7 @@ static void test_device_errors(void) {
         uint8_t *before = tu_dup(d.kv_cache, d.kv_cache_bytes);
         kvc_device_status ds;
         memset(&ds, 0, sizeof ds);
-        kvc_status st = kvc_kit_cuda_run(&d.args, NULL, &ds);
+        kvc_status st = device_run(&d.args, NULL, &ds);
         TU_CHECK(st == KVC_ERROR_INDEX_OUT_OF_RANGE, "%s: status %s", cases[k].what, kvc_status_string(st));
         TU_CHECK(ds.check == cases[k].check && ds.output == bad_o && ds.value == cases[k].value,
                  "%s: device status check %d output %lld value %lld", cases[k].what, ds.check, (long long)ds.output,
@@ -378,7 +378,10 @@ int main(int argc, char **argv) {
         return TU_SKIP;
     }
 #ifdef KVC_KIT_WITH_CUDA
-    if (g_backend == KVC_BACKEND_CUDA) test_device_errors();
+    if (g_backend == KVC_BACKEND_CUDA) test_device_errors(kvc_kit_cuda_run);
+#endif
+#ifdef KVC_KIT_WITH_OPENCL
+    if (g_backend == KVC_BACKEND_OPENCL) test_device_errors(kvc_kit_opencl_run);
 #endif
     test_invariance();
     test_in_place_and_padding();

@@ -75,9 +75,13 @@ static inline int tu_check_untouched(const kvc_args *a, const unsigned char *bef
 /* Run host-resident args on a backend; for CUDA the kit copies them to the
  * device and back (kvc_kit_cuda_run). */
 kvc_status kvc_kit_cuda_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds);
+kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds);
 static inline kvc_status tu_run(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
 #ifdef KVC_KIT_WITH_CUDA
     if (e->backend == KVC_BACKEND_CUDA) return kvc_kit_cuda_run(a, rep, NULL);
+#endif
+#ifdef KVC_KIT_WITH_OPENCL
+    if (e->backend == KVC_BACKEND_OPENCL) return kvc_kit_opencl_run(a, rep, NULL);
 #endif
     return kvc_compress(a, e, rep);
 }

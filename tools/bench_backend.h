@@ -28,6 +28,10 @@ int kvc_bench_cuda_case(kvc_case *c, int repeat, bench_result *out);
 double kvc_bench_cuda_read_bw(void);
 /** Print device lines for `info`. */
 void kvc_bench_cuda_info(void);
+/* The same for OpenCL (kvc_kit_opencl.c). */
+int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out);
+double kvc_bench_opencl_read_bw(void);
+void kvc_bench_opencl_info(void);
 
 #ifdef __cplusplus
 }

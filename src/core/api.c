@@ -83,3 +83,13 @@ kvc_status kvc_cuda_read_status(const kvc_exec *exec, kvc_device_status *out) {
     return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "this library was built without CUDA");
 #endif
 }
+
+kvc_status kvc_opencl_read_status(const kvc_exec *exec, kvc_device_status *out) {
+    kvc_clear_error();
+    if (!out || !exec) return kvc_fail(KVC_ERROR_NULL_POINTER, "%s = NULL", out ? "exec" : "out");
+#ifdef KVC_WITH_OPENCL
+    return kvc_opencl_read_status_impl(exec, out);
+#else
+    return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "this library was built without OpenCL");
+#endif
+}

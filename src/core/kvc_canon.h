@@ -32,11 +32,14 @@ typedef uchar kvc_u8;
 #define KVC_MUL(a, b) ((a) * (b))
 #define KVC_DIV(a, b) ((a) / (b))
 #define KVC_SQRT(a) sqrt(a)
+#define KVC_GLOBAL __global
+#define KVC_FIN_SCRATCH __local /* the finaliser's c / y scratch */
 #elif defined(__CUDACC__)
+#include <stdint.h>
 #define KVC_FN static __host__ __device__ __forceinline__
 typedef unsigned int kvc_u32;
-typedef int kvc_i32;
-typedef long long kvc_i64;
+typedef int32_t kvc_i32;
+typedef int64_t kvc_i64;
 typedef unsigned short kvc_u16;
 typedef unsigned char kvc_u8;
 #ifdef __CUDA_ARCH__
@@ -79,6 +82,10 @@ KVC_FN float kvc_host_float(kvc_u32 u) { float f; memcpy(&f, &u, 4); return f; }
 #define KVC_MUL(a, b) ((a) * (b))
 #define KVC_DIV(a, b) ((a) / (b))
 #define KVC_SQRT(a) sqrtf(a)
+#endif
+
+#ifndef KVC_GLOBAL
+#define KVC_GLOBAL /* C and CUDA: one address space */
 #endif
 
 /* ---- constants (exact hex values of the contract) ---------------------- */
@@ -274,11 +281,15 @@ KVC_FN void kvc_rope(float u, float v, float c, float s, float *uo, float *wo) {
 /** 1 if bf16 bits are +-Inf or NaN. */
 KVC_FN int kvc_bf16_nonfinite(kvc_u16 h) { return (h & 0x7F80u) == 0x7F80u; }
 
-/* ---- whole-slot finaliser (C and CUDA; OpenCL has its own parallel one) -- */
-#if !defined(__OPENCL_VERSION__)
+/* ---- whole-slot finaliser ------------------------------------------------ */
+/* c and y scratch live in KVC_FIN_SCRATCH memory: nothing for C and CUDA,
+ * __local for OpenCL. */
+#ifndef KVC_FIN_SCRATCH
+#define KVC_FIN_SCRATCH
+#endif
 
 /** Write the non-finite slot (SPEC 2.4). */
-KVC_FN void kvc_write_nonfinite_slot(kvc_u8 *payload, kvc_u8 *scales) {
+KVC_FN void kvc_write_nonfinite_slot(KVC_GLOBAL kvc_u8 *payload, KVC_GLOBAL kvc_u8 *scales) {
     for (int i = 0; i < 448; i++) payload[i] = 0;
     for (int j = 0; j < 64; j++) {
         payload[448 + 2 * j] = (kvc_u8)(KVC_BF16_QNAN & 0xFFu);
@@ -294,9 +305,9 @@ KVC_FN void kvc_write_nonfinite_slot(kvc_u8 *payload, kvc_u8 *scales) {
  * cs[j * cos_step] ... see kvc_cos_index.  Uses y[512] scratch from caller.
  * @return 1 if the slot was written as non-finite, else 0.
  */
-KVC_FN int kvc_finalize_slot(const float *c, float *y, const kvc_u16 *w,
-                             const float *cs, int interleaved, float eps, int fp8,
-                             kvc_u8 *payload, kvc_u8 *scales) {
+KVC_FN int kvc_finalize_slot(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH float *y, KVC_GLOBAL const kvc_u16 *w,
+                             KVC_GLOBAL const float *cs, int interleaved, float eps, int fp8,
+                             KVC_GLOBAL kvc_u8 *payload, KVC_GLOBAL kvc_u8 *scales) {
     int bad = 0;
     /* RMSNorm: balanced pairwise sum of c_d^2 over 512 leaves (y as scratch). */
     for (int d = 0; d < 512; d++) {
@@ -350,6 +361,5 @@ KVC_FN int kvc_finalize_slot(const float *c, float *y, const kvc_u16 *w,
     }
     return 0;
 }
-#endif /* !OpenCL */
 
 #endif /* KVC_CANON_H */

@@ -1,14 +1,17 @@
 /*
- * kvc_check.h -- per-output index checks of the contract (SPEC 2.3), shared
- * by the host validator (C) and the CUDA kernel (device side).  Reads only
- * the index tensors of `a` (which must be resolved: no zero strides) and
- * only at indices already proven in range.
+ * kvc_check.h -- per-output index checks of the contract (SPEC 2.3) and the
+ * address arithmetic, shared by the host validator and the CPU backend (C),
+ * the CUDA kernel and the OpenCL kernel.  The checks read only the index
+ * tensors, and only at indices already proven in range.  All arithmetic is
+ * 64-bit.
  */
 #ifndef KVC_CHECK_H
 #define KVC_CHECK_H
 
-#include "kvcompress.h"
 #include "kvc_canon.h"
+#if !defined(__OPENCL_VERSION__)
+#include "kvcompress.h"
+#endif
 
 /* Check numbers, stored in kvc_device_status.check (pinned values). */
 enum {
@@ -36,16 +39,30 @@ typedef struct kvc_out_info {
     kvc_i64 aux;   /* logical block index for PHYSICAL_BLOCK           */
 } kvc_out_info;
 
+/**
+ * Every scalar of a call (sizes, strides, settings), resolved: no zero
+ * strides.  Plain 64-bit fields, so the same struct is an OpenCL kernel
+ * argument.  Enums are stored as integers.
+ */
+typedef struct kvc_shape {
+    kvc_i64 num_blocks, block_size, state_width, state_stride_block, state_stride_token;
+    kvc_i64 num_tokens, num_outputs, num_reqs, blocks_per_req, block_table_stride;
+    kvc_i64 max_pos, cos_sin_stride, num_pages, page_stride, kv_block_size, compress_ratio;
+    kvc_i64 nope_format, overlap, cos_sin_layout;
+    float rms_norm_eps, pad_;
+} kvc_shape;
+
 /** Element offset (floats) of the state row of position pos in physical block blk. */
-KVC_FN kvc_i64 kvc_state_row_offset(const kvc_args *a, kvc_i64 blk, kvc_i64 pos) {
-    return blk * a->state_stride_block + (pos % a->block_size) * a->state_stride_token;
+KVC_FN kvc_i64 kvc_row_offset(kvc_i64 blk, kvc_i64 pos, kvc_i64 block_size, kvc_i64 stride_block,
+                              kvc_i64 stride_token) {
+    return blk * stride_block + (pos % block_size) * stride_token;
 }
 
 /** Byte offsets in kv_cache of slot's 576 payload bytes and of its 8 scale bytes. */
-KVC_FN void kvc_slot_offsets(const kvc_args *a, kvc_i64 slot, kvc_i64 *payload, kvc_i64 *scales) {
-    const kvc_i64 S = a->kv_block_size, page = slot / S, s = slot - page * S;
-    *payload = page * a->page_stride + s * 576;
-    *scales = page * a->page_stride + S * 576 + s * 8;
+KVC_FN void kvc_slot_offsets_s(kvc_i64 slot, kvc_i64 S, kvc_i64 page_stride, kvc_i64 *payload, kvc_i64 *scales) {
+    const kvc_i64 page = slot / S, s = slot - page * S;
+    *payload = page * page_stride + s * 576;
+    *scales = page * page_stride + S * 576 + s * 8;
 }
 
 /** First position the window of boundary position p reads (masked rows excluded). */
@@ -62,36 +79,37 @@ KVC_FN kvc_i64 kvc_window_first(kvc_i64 p, kvc_i64 C, int overlap) {
  * check_blocks = 0 skips the physical-block loop (a GPU checks each row's
  * block where it loads it, in parallel, instead of one serial loop).
  */
-KVC_FN int kvc_check_output(const kvc_args *a, kvc_i64 o, kvc_out_info *inf, int check_blocks) {
-    kvc_i64 b = a->boundary_token_indices[o];
+KVC_FN int kvc_check_output_s(const kvc_shape *sh, KVC_GLOBAL const kvc_i64 *bidx, KVC_GLOBAL const kvc_i64 *slots,
+                              KVC_GLOBAL const kvc_i32 *t2r, KVC_GLOBAL const kvc_i64 *positions,
+                              KVC_GLOBAL const kvc_i32 *table, kvc_i64 o, kvc_out_info *inf, int check_blocks) {
+    kvc_i64 b = bidx[o];
     inf->r = inf->p = inf->pc = inf->first = inf->aux = 0;
     inf->slot = -1;
     inf->b = b;
     inf->value = b;
-    if (b < 0 || b >= a->num_tokens) return KVC_CHECK_BOUNDARY;
+    if (b < 0 || b >= sh->num_tokens) return KVC_CHECK_BOUNDARY;
     /* the three reads of token b are independent: issue them together (a GPU
      * then waits for one memory latency, not three) */
-    const kvc_i64 slot = a->kv_slot_mapping[b];
-    const kvc_i64 r = a->token_to_req[b];
-    const kvc_i64 p = a->positions[b];
+    const kvc_i64 slot = slots[b];
+    const kvc_i64 r = t2r[b];
+    const kvc_i64 p = positions[b];
     inf->slot = slot;
     if (slot < 0) return KVC_CHECK_NONE;
     inf->r = r;
     inf->value = r;
-    if (r < 0 || r >= a->num_reqs) return KVC_CHECK_REQUEST;
-    kvc_i64 C = a->compress_ratio;
+    if (r < 0 || r >= sh->num_reqs) return KVC_CHECK_REQUEST;
+    const kvc_i64 C = sh->compress_ratio;
     inf->p = p;
     inf->value = p;
     if (p - C + 1 < 0) return KVC_CHECK_POSITION;
-    kvc_i64 bs = a->block_size;
-    kvc_i64 last = p / bs;
+    const kvc_i64 bs = sh->block_size;
+    const kvc_i64 last = p / bs;
     inf->value = last;
-    if (last >= a->blocks_per_req) return KVC_CHECK_LOGICAL_BLOCK;
-    inf->first = kvc_window_first(p, C, a->overlap == KVC_OVERLAP_ON);
-    const int32_t *row = a->block_table + r * a->block_table_stride;
+    if (last >= sh->blocks_per_req) return KVC_CHECK_LOGICAL_BLOCK;
+    inf->first = kvc_window_first(p, C, sh->overlap != 0);
     for (kvc_i64 l = inf->first / bs; check_blocks && l <= last; l++) {
-        kvc_i64 g = row[l];
-        if (g < 0 || g >= a->num_blocks) {
+        kvc_i64 g = table[r * sh->block_table_stride + l];
+        if (g < 0 || g >= sh->num_blocks) {
             inf->value = g;
             inf->aux = l;
             return KVC_CHECK_PHYSICAL_BLOCK;
@@ -99,10 +117,53 @@ KVC_FN int kvc_check_output(const kvc_args *a, kvc_i64 o, kvc_out_info *inf, int
     }
     inf->pc = (p / C) * C;
     inf->value = inf->pc;
-    if (inf->pc >= a->max_pos) return KVC_CHECK_COS_SIN_ROW;
+    if (inf->pc >= sh->max_pos) return KVC_CHECK_COS_SIN_ROW;
     inf->value = inf->slot;
-    if (inf->slot / a->kv_block_size >= a->num_pages) return KVC_CHECK_SLOT;
+    if (inf->slot / sh->kv_block_size >= sh->num_pages) return KVC_CHECK_SLOT;
     return KVC_CHECK_NONE;
 }
+
+#if !defined(__OPENCL_VERSION__)
+/* C and CUDA: the same on a (resolved) kvc_args. */
+KVC_FN kvc_shape kvc_shape_of(const kvc_args *a) {
+    kvc_shape s;
+    s.num_blocks = a->num_blocks;
+    s.block_size = a->block_size;
+    s.state_width = a->state_width;
+    s.state_stride_block = a->state_stride_block;
+    s.state_stride_token = a->state_stride_token;
+    s.num_tokens = a->num_tokens;
+    s.num_outputs = a->num_outputs;
+    s.num_reqs = a->num_reqs;
+    s.blocks_per_req = a->blocks_per_req;
+    s.block_table_stride = a->block_table_stride;
+    s.max_pos = a->max_pos;
+    s.cos_sin_stride = a->cos_sin_stride;
+    s.num_pages = a->num_pages;
+    s.page_stride = a->page_stride;
+    s.kv_block_size = a->kv_block_size;
+    s.compress_ratio = a->compress_ratio;
+    s.nope_format = a->nope_format;
+    s.overlap = a->overlap;
+    s.cos_sin_layout = a->cos_sin_layout;
+    s.rms_norm_eps = a->rms_norm_eps;
+    s.pad_ = 0.0f;
+    return s;
+}
+
+KVC_FN int kvc_check_output(const kvc_args *a, kvc_i64 o, kvc_out_info *inf, int check_blocks) {
+    const kvc_shape sh = kvc_shape_of(a);
+    return kvc_check_output_s(&sh, a->boundary_token_indices, a->kv_slot_mapping, a->token_to_req, a->positions,
+                              a->block_table, o, inf, check_blocks);
+}
+
+KVC_FN kvc_i64 kvc_state_row_offset(const kvc_args *a, kvc_i64 blk, kvc_i64 pos) {
+    return kvc_row_offset(blk, pos, a->block_size, a->state_stride_block, a->state_stride_token);
+}
+
+KVC_FN void kvc_slot_offsets(const kvc_args *a, kvc_i64 slot, kvc_i64 *payload, kvc_i64 *scales) {
+    kvc_slot_offsets_s(slot, a->kv_block_size, a->page_stride, payload, scales);
+}
+#endif
 
 #endif /* KVC_CHECK_H */

@@ -52,6 +52,7 @@ KVC_HIDDEN kvc_status kvc_cuda_read_status_impl(const kvc_exec *e, kvc_device_st
 #ifdef KVC_WITH_OPENCL
 KVC_HIDDEN kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep);
 KVC_HIDDEN int kvc_opencl_available(void);
+KVC_HIDDEN kvc_status kvc_opencl_read_status_impl(const kvc_exec *e, kvc_device_status *out);
 #endif
 
 #ifdef __cplusplus

@@ -304,7 +304,7 @@ __device__ void finalize(const launch_params &P, const kvc_out_info &inf, const 
         bad |= kvc_nonfinite(y[j]);
     }
     const int fp8 = a.nope_format == KVC_NOPE_FP8_E4M3;
-    long long po, so;
+    int64_t po, so;
     kvc_slot_offsets(&a, inf.slot, &po, &so);
     uint8_t *payload = a.kv_cache + po;
     uint8_t *scales = a.kv_cache + so;

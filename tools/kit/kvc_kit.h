@@ -60,6 +60,8 @@ extern "C" {
  * device-side error as a status.  Only with KVC_KIT_WITH_CUDA.
  */
 kvc_status kvc_kit_cuda_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds);
+/** The same on the kit's OpenCL device (KVC_OPENCL_DEVICE=N picks one).  Only with KVC_KIT_WITH_OPENCL. */
+kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds);
 #ifdef __cplusplus
 }
 #endif

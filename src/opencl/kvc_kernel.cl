@@ -1,0 +1,138 @@
+/*
+ * kvc_kernel.cl -- the OpenCL kernel.  Compiled at run time from one string:
+ * kvc_canon.h + kvc_check.h + this file (embedded at build time, #include
+ * lines removed), built with FP_CONTRACT OFF (kvc_canon.h) and
+ * -cl-fp32-correctly-rounded-divide-sqrt, so every operation is the
+ * canonical binary32 operation: the bytes equal the CPU backend's.
+ *
+ * One work-group of 128 work-items per output; work-item q reduces dims
+ * 4q..4q+3 over every segment of the window in order, combining segment
+ * states with the canonical binary-counter tree in private memory; then
+ * work-item 0 finalises the slot from c[512] in local memory.
+ */
+#include "kvc_canon.h"
+#include "kvc_check.h"
+
+#define KVC_CL_WG 128
+#define KVC_CL_STACK 40 /* tree depth for any window of < 2^38 segments */
+
+/* Mirrors the host's kvc_cl_status (opencl_backend.c). */
+typedef struct {
+    int status, check;
+    long output, value;
+    int written, padding, nonfinite, invalid;
+} kvc_cl_status;
+
+typedef struct {
+    float m[4], d[4], n[4];
+} st4;
+
+static inline void st_merge(st4 *a, const st4 *b) {
+    for (int j = 0; j < 4; j++) kvc_merge(&a->m[j], &a->d[j], &a->n[j], b->m[j], b->d[j], b->n[j]);
+}
+
+__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_kernel(
+    const kvc_shape sh, __global const float *state, __global const int *t2r, __global const long *positions,
+    __global const long *slots, __global const long *bidx, __global const int *table,
+    __global const ushort *weight, __global const float *cos_sin, __global uchar *kv,
+    __global kvc_cl_status *st) {
+    __local float c[512], y[512];
+    const long o = get_group_id(0);
+    const int q = (int)get_local_id(0);
+
+    kvc_out_info inf;
+    const int chk = kvc_check_output_s(&sh, bidx, slots, t2r, positions, table, o, &inf, 1);
+    if (chk != KVC_CHECK_NONE) {
+        if (q == 0) {
+            if (atomic_cmpxchg(&st->status, 0, 5 /* KVC_ERROR_INDEX_OUT_OF_RANGE */) == 0) {
+                st->check = chk;
+                st->output = o;
+                st->value = inf.value;
+            }
+            atomic_inc(&st->invalid);
+        }
+        return;
+    }
+    if (inf.slot < 0) {
+        if (q == 0) atomic_inc(&st->padding);
+        return;
+    }
+    const long C = sh.compress_ratio;
+    const int ovl = sh.overlap != 0;
+    const long rows = ovl ? 2 * C : C;
+    const long nseg = (rows + KVC_SEG - 1) / KVC_SEG;
+    __global const int *trow = table + inf.r * sh.block_table_stride;
+
+    st4 stack[KVC_CL_STACK];
+    long sizes[KVC_CL_STACK];
+    int top = -1;
+    for (long sg = 0; sg < nseg; sg++) {
+        const long r0 = sg * KVC_SEG;
+        const int n = (int)(rows - r0 < KVC_SEG ? rows - r0 : KVC_SEG);
+        float4 v[KVC_SEG], s[KVC_SEG];
+        for (int i = 0; i < n; i++) {
+            const long row = r0 + i;
+            long pos;
+            int vo, so;
+            if (ovl) {
+                const int first = row < C;
+                pos = first ? inf.p - 2 * C + 1 + row : inf.p - C + 1 + (row - C);
+                vo = first ? 0 : 512;
+                so = first ? 1024 : 1536;
+            } else {
+                pos = inf.p - C + 1 + row;
+                vo = 0;
+                so = 512;
+            }
+            if (pos < 0) {
+                v[i] = (float4)(0.0f);
+                s[i] = (float4)(KVC_NEG_INF);
+                continue;
+            }
+            const long base = kvc_row_offset(trow[pos / sh.block_size], pos, sh.block_size, sh.state_stride_block,
+                                             sh.state_stride_token);
+            v[i] = vload4(q, state + base + vo);
+            s[i] = vload4(q, state + base + so);
+        }
+        st4 cur;
+        cur.m[0] = s[0].x; cur.m[1] = s[0].y; cur.m[2] = s[0].z; cur.m[3] = s[0].w;
+        for (int j = 0; j < 4; j++) {
+            cur.d[j] = 0.0f;
+            cur.n[j] = 0.0f;
+        }
+        for (int i = 1; i < n; i++) {
+            cur.m[0] = kvc_max(cur.m[0], s[i].x);
+            cur.m[1] = kvc_max(cur.m[1], s[i].y);
+            cur.m[2] = kvc_max(cur.m[2], s[i].z);
+            cur.m[3] = kvc_max(cur.m[3], s[i].w);
+        }
+        for (int i = 0; i < n; i++) {
+            kvc_seg_step(cur.m[0], s[i].x, v[i].x, &cur.d[0], &cur.n[0]);
+            kvc_seg_step(cur.m[1], s[i].y, v[i].y, &cur.d[1], &cur.n[1]);
+            kvc_seg_step(cur.m[2], s[i].z, v[i].z, &cur.d[2], &cur.n[2]);
+            kvc_seg_step(cur.m[3], s[i].w, v[i].w, &cur.d[3], &cur.n[3]);
+        }
+        for (int j = 0; j < 4; j++) kvc_seg_close(cur.m[j], &cur.d[j], &cur.n[j]);
+        /* push; merge the complete subtrees this segment completes */
+        top++;
+        stack[top] = cur;
+        sizes[top] = 1;
+        while (top >= 1 && sizes[top - 1] == sizes[top]) {
+            st_merge(&stack[top - 1], &stack[top]);
+            sizes[top - 1] *= 2;
+            top--;
+        }
+    }
+    for (int k = top - 1; k >= 0; k--) st_merge(&stack[k], &stack[k + 1]);
+    for (int j = 0; j < 4; j++) c[4 * q + j] = KVC_DIV(stack[0].n[j], stack[0].d[j]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (q == 0) {
+        long po, so;
+        kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, &po, &so);
+        const int bad = kvc_finalize_slot(c, y, weight, cos_sin + inf.pc * sh.cos_sin_stride,
+                                          sh.cos_sin_layout == 1, sh.rms_norm_eps, sh.nope_format == 1, kv + po,
+                                          kv + so);
+        atomic_inc(&st->written);
+        if (bad) atomic_inc(&st->nonfinite);
+    }
+}

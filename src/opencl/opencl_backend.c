@@ -1,0 +1,178 @@
+/*
+ * opencl_backend.c -- the OpenCL backend (host side).
+ *
+ * Handles: exec->stream is the cl_command_queue; every tensor pointer of
+ * kvc_args holds a cl_mem (cast to the pointer type), the tensor starting at
+ * offset 0 of that buffer; exec->device_status, if set, is a cl_mem of at
+ * least 40 bytes.  The program is built once per (context, device) and
+ * cached; the status buffer the library owns is one per cache entry.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifdef __APPLE__
+#include <OpenCL/cl.h>
+#else
+#include <CL/cl.h>
+#endif
+
+#include "kvc_check.h"
+#include "kvc_internal.h"
+
+extern const char kvc_opencl_source[];
+
+/* Mirrors kvc_cl_status of kvc_kernel.cl. */
+typedef struct {
+    cl_int status, check;
+    cl_long output, value;
+    cl_int written, padding, nonfinite, invalid;
+} kvc_cl_status;
+
+typedef struct {
+    cl_context ctx;
+    cl_device_id dev;
+    cl_program prog;
+    cl_mem status; /* library-owned status word */
+} cl_entry;
+
+#define KVC_CL_CACHE 16
+static cl_entry g_cache[KVC_CL_CACHE];
+static int g_ncache;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static kvc_status cl_fail(cl_int err, const char *what) {
+    return kvc_fail(KVC_ERROR_DEVICE, "OpenCL %s failed: error %d", what, (int)err);
+}
+
+int kvc_opencl_available(void) {
+    cl_uint np = 0;
+    if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0) return 0;
+    cl_platform_id plats[16];
+    if (np > 16) np = 16;
+    if (clGetPlatformIDs(np, plats, NULL) != CL_SUCCESS) return 0;
+    for (cl_uint i = 0; i < np; i++) {
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[i], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) == CL_SUCCESS && nd > 0) return 1;
+    }
+    return 0;
+}
+
+/* The cached program (and status buffer) of the queue's context and device. */
+static kvc_status get_entry(cl_command_queue q, cl_entry *out) {
+    cl_context ctx;
+    cl_device_id dev;
+    cl_int err;
+    if ((err = clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL)) != CL_SUCCESS ||
+        (err = clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL)) != CL_SUCCESS)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->stream is not a valid cl_command_queue (error %d)", (int)err);
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < g_ncache; i++)
+        if (g_cache[i].ctx == ctx && g_cache[i].dev == dev) {
+            *out = g_cache[i];
+            pthread_mutex_unlock(&g_lock);
+            return KVC_OK;
+        }
+    kvc_status st = KVC_OK;
+    cl_device_fp_config fp = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+    if (!(fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) || !(fp & CL_FP_DENORM)) {
+        pthread_mutex_unlock(&g_lock);
+        return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE,
+                        "OpenCL device lacks %s: the canonical arithmetic needs both",
+                        !(fp & CL_FP_DENORM) ? "denormals (CL_FP_DENORM)" : "correctly rounded divide/sqrt");
+    }
+    const char *src = kvc_opencl_source;
+    cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
+    if (err != CL_SUCCESS) {
+        pthread_mutex_unlock(&g_lock);
+        return cl_fail(err, "clCreateProgramWithSource");
+    }
+    err = clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt", NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char log[2048] = "";
+        clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+        clReleaseProgram(prog);
+        pthread_mutex_unlock(&g_lock);
+        return kvc_fail(KVC_ERROR_DEVICE, "OpenCL program build failed (%d): %.900s", (int)err, log);
+    }
+    cl_mem status = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(kvc_cl_status), NULL, &err);
+    if (err != CL_SUCCESS) {
+        clReleaseProgram(prog);
+        pthread_mutex_unlock(&g_lock);
+        return cl_fail(err, "clCreateBuffer(status)");
+    }
+    cl_entry e = {ctx, dev, prog, status};
+    if (g_ncache < KVC_CL_CACHE) {
+        clRetainContext(ctx);
+        g_cache[g_ncache++] = e;
+        *out = e;
+    } else {
+        st = kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "more than %d OpenCL contexts in use", KVC_CL_CACHE);
+        clReleaseMemObject(status);
+        clReleaseProgram(prog);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return st;
+}
+
+kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
+    cl_command_queue q = (cl_command_queue)e->stream;
+    if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: the OpenCL backend needs a cl_command_queue");
+    if (rep) {
+        rep->outputs_written = rep->outputs_padding = rep->outputs_nonfinite = -1;
+        rep->device_async = 1;
+    }
+    cl_entry ent;
+    kvc_status st = get_entry(q, &ent);
+    if (st != KVC_OK) return st;
+    cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ent.status;
+    cl_int err;
+    const cl_int zero = 0;
+    if ((err = clEnqueueFillBuffer(q, status, &zero, sizeof zero, 0, sizeof(kvc_cl_status), 0, NULL, NULL)) !=
+        CL_SUCCESS)
+        return cl_fail(err, "clEnqueueFillBuffer(status)");
+    if (a->num_outputs == 0) return KVC_OK;
+    cl_kernel k = clCreateKernel(ent.prog, "kvc_compress_kernel", &err);
+    if (err != CL_SUCCESS) return cl_fail(err, "clCreateKernel");
+    const kvc_shape sh = kvc_shape_of(a);
+    cl_mem bufs[10] = {(cl_mem)(void *)a->state_cache, (cl_mem)(void *)a->token_to_req,
+                       (cl_mem)(void *)a->positions, (cl_mem)(void *)a->kv_slot_mapping,
+                       (cl_mem)(void *)a->boundary_token_indices, (cl_mem)(void *)a->block_table,
+                       (cl_mem)(void *)a->rms_norm_weight, (cl_mem)(void *)a->cos_sin_cache,
+                       (cl_mem)(void *)a->kv_cache, status};
+    err = clSetKernelArg(k, 0, sizeof sh, &sh);
+    for (int i = 0; i < 10 && err == CL_SUCCESS; i++) err = clSetKernelArg(k, (cl_uint)(i + 1), sizeof(cl_mem), &bufs[i]);
+    if (err != CL_SUCCESS) {
+        clReleaseKernel(k);
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "OpenCL kernel argument rejected (error %d): are the kvc_args "
+                        "pointers cl_mem buffers?", (int)err);
+    }
+    const size_t local = 128, global = (size_t)a->num_outputs * local;
+    err = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
+    clReleaseKernel(k);
+    if (err != CL_SUCCESS) return cl_fail(err, "clEnqueueNDRangeKernel");
+    return KVC_OK;
+}
+
+kvc_status kvc_opencl_read_status_impl(const kvc_exec *e, kvc_device_status *out) {
+    cl_command_queue q = (cl_command_queue)e->stream;
+    if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: need the cl_command_queue");
+    cl_entry ent;
+    kvc_status st = get_entry(q, &ent);
+    if (st != KVC_OK) return st;
+    cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ent.status;
+    kvc_cl_status s;
+    cl_int err = clEnqueueReadBuffer(q, status, CL_TRUE, 0, sizeof s, &s, 0, NULL, NULL);
+    if (err != CL_SUCCESS) return cl_fail(err, "clEnqueueReadBuffer(status)");
+    out->status = s.status;
+    out->check = s.check;
+    out->output = s.output;
+    out->value = s.value;
+    out->outputs_written = s.written;
+    out->outputs_padding = s.padding;
+    out->outputs_nonfinite = s.nonfinite;
+    out->outputs_invalid = s.invalid;
+    return KVC_OK;
+}

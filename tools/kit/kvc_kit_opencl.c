@@ -1,0 +1,229 @@
+/*
+ * kvc_kit_opencl.c -- OpenCL helpers for the CLI and the tests (not the
+ * library): one context and profiling queue on the first GPU (else the
+ * first device; KVC_OPENCL_DEVICE=N picks the N-th device over all
+ * platforms), host args copied into cl_mem buffers, run, status, copy back;
+ * timing with profiling events (SPEC 6: L2 flushed by writing a large buffer).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <CL/cl.h>
+
+#include "bench_backend.h"
+#include "kvc_kit.h"
+
+static cl_context g_ctx;
+static cl_command_queue g_q;
+static cl_device_id g_dev;
+static char g_err[256];
+
+static int setup(void) {
+    if (g_q) return 0;
+    cl_platform_id plats[16];
+    cl_uint np = 0;
+    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0) return -1;
+    const char *want = getenv("KVC_OPENCL_DEVICE");
+    int pick = want ? atoi(want) : -1, idx = 0, found = 0;
+    for (int pass = 0; pass < 2 && !found; pass++)
+        for (cl_uint p = 0; p < np && !found; p++) {
+            cl_device_id devs[16];
+            cl_uint nd = 0;
+            if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 16, devs, &nd) != CL_SUCCESS) continue;
+            for (cl_uint d = 0; d < nd && !found; d++) {
+                cl_device_type t;
+                clGetDeviceInfo(devs[d], CL_DEVICE_TYPE, sizeof t, &t, NULL);
+                if (pick >= 0 ? (pass == 0 && idx++ == pick) : (pass == 1 || (t & CL_DEVICE_TYPE_GPU))) {
+                    g_dev = devs[d];
+                    found = 1;
+                }
+            }
+        }
+    if (!found) return -1;
+    cl_int err;
+    g_ctx = clCreateContext(NULL, 1, &g_dev, NULL, NULL, &err);
+    if (err != CL_SUCCESS) return -1;
+    g_q = clCreateCommandQueue(g_ctx, g_dev, CL_QUEUE_PROFILING_ENABLE, &err);
+    return err == CL_SUCCESS ? 0 : -1;
+}
+
+typedef struct {
+    kvc_args d;
+    cl_mem m[9];
+    size_t kv_bytes;
+} cl_args;
+
+static size_t span(int64_t n, int64_t stride, int64_t last) { return n <= 0 ? 0 : (size_t)((n - 1) * stride + last); }
+
+static void release(cl_args *x) {
+    for (int i = 0; i < 9; i++)
+        if (x->m[i]) clReleaseMemObject(x->m[i]);
+    memset(x, 0, sizeof *x);
+}
+
+static int to_device(const kvc_args *h, cl_args *x) {
+    memset(x, 0, sizeof *x);
+    x->d = *h;
+    int64_t W = h->state_width, st = h->state_stride_token ? h->state_stride_token : W;
+    int64_t sb = h->state_stride_block ? h->state_stride_block : h->block_size * st;
+    int64_t bt = h->block_table_stride ? h->block_table_stride : h->blocks_per_req;
+    int64_t cs = h->cos_sin_stride ? h->cos_sin_stride : 64;
+    int64_t ps = h->page_stride ? h->page_stride : h->kv_block_size * 584;
+    const void *src[9] = {h->state_cache, h->token_to_req, h->positions, h->kv_slot_mapping,
+                          h->boundary_token_indices, h->block_table, h->rms_norm_weight, h->cos_sin_cache,
+                          h->kv_cache};
+    size_t bytes[9] = {4 * span(h->num_blocks, sb, span(h->block_size, st, W)), 4 * (size_t)h->num_tokens,
+                       8 * (size_t)h->num_tokens, 8 * (size_t)h->num_tokens, 8 * (size_t)h->num_outputs,
+                       4 * span(h->num_reqs, bt, h->blocks_per_req), 2 * 512, 4 * span(h->max_pos, cs, 64),
+                       (size_t)(h->num_pages * ps)};
+    x->kv_bytes = bytes[8];
+    for (int i = 0; i < 9; i++) {
+        cl_int err;
+        x->m[i] = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE | (src[i] && bytes[i] ? CL_MEM_COPY_HOST_PTR : 0),
+                                 bytes[i] ? bytes[i] : 16, src[i] && bytes[i] ? (void *)src[i] : NULL, &err);
+        if (err != CL_SUCCESS) {
+            snprintf(g_err, sizeof g_err, "clCreateBuffer(%zu bytes): %d", bytes[i], (int)err);
+            release(x);
+            return -1;
+        }
+    }
+    x->d.state_cache = (const float *)(void *)x->m[0];
+    x->d.token_to_req = (const int32_t *)(void *)x->m[1];
+    x->d.positions = (const int64_t *)(void *)x->m[2];
+    x->d.kv_slot_mapping = (const int64_t *)(void *)x->m[3];
+    x->d.boundary_token_indices = (const int64_t *)(void *)x->m[4];
+    x->d.block_table = (const int32_t *)(void *)x->m[5];
+    x->d.rms_norm_weight = (const uint16_t *)(void *)x->m[6];
+    x->d.cos_sin_cache = (const float *)(void *)x->m[7];
+    x->d.kv_cache = (uint8_t *)(void *)x->m[8];
+    return 0;
+}
+
+kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds) {
+    if (setup() != 0) return KVC_ERROR_BACKEND_UNAVAILABLE;
+    cl_args x;
+    if (to_device(a, &x) != 0) {
+        fprintf(stderr, "kvc_kit_opencl_run: %s\n", g_err);
+        return KVC_ERROR_DEVICE;
+    }
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_OPENCL;
+    ex.stream = g_q;
+    kvc_status st = kvc_compress(&x.d, &ex, rep);
+    if (st == KVC_OK) {
+        kvc_device_status s;
+        st = kvc_opencl_read_status(&ex, &s);
+        if (ds) *ds = s;
+        if (st == KVC_OK && rep) {
+            rep->outputs_written = s.outputs_written;
+            rep->outputs_padding = s.outputs_padding;
+            rep->outputs_nonfinite = s.outputs_nonfinite;
+        }
+        if (st == KVC_OK && s.status != 0) st = (kvc_status)s.status;
+        if (x.kv_bytes &&
+            clEnqueueReadBuffer(g_q, x.m[8], CL_TRUE, 0, x.kv_bytes, a->kv_cache, 0, NULL, NULL) != CL_SUCCESS)
+            st = KVC_ERROR_DEVICE;
+    }
+    release(&x);
+    return st;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out) {
+    out->status = KVC_OK;
+    if (setup() != 0) {
+        out->status = KVC_ERROR_BACKEND_UNAVAILABLE;
+        snprintf(out->message, sizeof out->message, "no OpenCL device");
+        return -1;
+    }
+    cl_args x;
+    if (to_device(&c->args, &x) != 0) {
+        out->status = KVC_ERROR_DEVICE;
+        snprintf(out->message, sizeof out->message, "%s", g_err);
+        return -1;
+    }
+    cl_int err;
+    size_t flush_bytes = (size_t)256 << 20;
+    cl_mem flush = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE, flush_bytes, NULL, &err);
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_OPENCL;
+    ex.stream = g_q;
+    double *t = malloc(sizeof(double) * (size_t)(repeat + 3));
+    int n = 0;
+    for (int i = -3; i < repeat && out->status == KVC_OK; i++) {
+        const cl_int pat = i;
+        if (flush) clEnqueueFillBuffer(g_q, flush, &pat, sizeof pat, 0, flush_bytes, 0, NULL, NULL);
+        cl_event e0, e1;
+        clEnqueueMarkerWithWaitList(g_q, 0, NULL, &e0);
+        kvc_status st = kvc_compress(&x.d, &ex, NULL);
+        clEnqueueMarkerWithWaitList(g_q, 0, NULL, &e1);
+        clFinish(g_q);
+        if (st != KVC_OK) {
+            out->status = st;
+            snprintf(out->message, sizeof out->message, "%s", kvc_last_error_message());
+        } else {
+            cl_ulong a0 = 0, a1 = 0;
+            clGetEventProfilingInfo(e0, CL_PROFILING_COMMAND_END, sizeof a0, &a0, NULL);
+            clGetEventProfilingInfo(e1, CL_PROFILING_COMMAND_END, sizeof a1, &a1, NULL);
+            if (i >= 0) t[n++] = (double)(a1 - a0) * 1e-3;
+        }
+        clReleaseEvent(e0);
+        clReleaseEvent(e1);
+    }
+    if (out->status == KVC_OK) {
+        kvc_device_status s;
+        if (kvc_opencl_read_status(&ex, &s) != KVC_OK || s.status != 0) {
+            out->status = s.status ? (kvc_status)s.status : KVC_ERROR_DEVICE;
+            snprintf(out->message, sizeof out->message, "device status: check %d output %lld value %lld", s.check,
+                     (long long)s.output, (long long)s.value);
+        }
+    }
+    if (out->status == KVC_OK) {
+        clEnqueueReadBuffer(g_q, x.m[8], CL_TRUE, 0, x.kv_bytes, c->kv_cache, 0, NULL, NULL);
+        qsort(t, (size_t)n, sizeof *t, cmp_d);
+        out->median_us = n ? t[n / 2] : 0;
+        out->min_us = n ? t[0] : 0;
+        out->calls = n;
+    }
+    free(t);
+    if (flush) clReleaseMemObject(flush);
+    release(&x);
+    return out->status == KVC_OK ? 0 : -1;
+}
+
+double kvc_bench_opencl_read_bw(void) { return -1; /* not measured for OpenCL: see bench/NOTES.md */ }
+
+void kvc_bench_opencl_info(void) {
+    cl_platform_id plats[16];
+    cl_uint np = 0;
+    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS || np == 0) {
+        printf("opencl: compiled in, no platform\n");
+        return;
+    }
+    int idx = 0;
+    for (cl_uint p = 0; p < np; p++) {
+        char pname[128] = "";
+        clGetPlatformInfo(plats[p], CL_PLATFORM_NAME, sizeof pname, pname, NULL);
+        cl_device_id devs[16];
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, 16, devs, &nd) != CL_SUCCESS) continue;
+        for (cl_uint d = 0; d < nd; d++) {
+            char name[128] = "";
+            cl_ulong mem = 0;
+            cl_uint cu = 0;
+            clGetDeviceInfo(devs[d], CL_DEVICE_NAME, sizeof name, name, NULL);
+            clGetDeviceInfo(devs[d], CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL);
+            clGetDeviceInfo(devs[d], CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
+            printf("opencl device %d: %s (%s), %.1f GiB, %u compute units\n", idx++, name, pname,
+                   (double)mem / (1 << 30), cu);
+        }
+    }
+}
