@@ -503,7 +503,7 @@ static int cmd_bench(int argc, char **argv) {
         int rc = gpu ? device_case(be, &c, repeat, &r) : time_cpu(&c, o.threads, repeat, &r);
         char check[256] = "ok";
         if (rc != 0) {
-            snprintf(check, sizeof check, "FAIL %s: %s", kvc_status_string(r.status), r.message);
+            snprintf(check, sizeof check, "FAIL %s: %.200s", kvc_status_string(r.status), r.message);
         } else {
             /* reference: CPU backend, outputs reversed, different thread count */
             uint8_t *ref = cpu_reference_rows(&c, gpu ? 0 : (threads > 1 ? 1 : 2), 1);
@@ -589,7 +589,7 @@ static int cmd_verify(int argc, char **argv) {
             kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, 7);
             if (gpu) {
                 if (device_case(be, &c, 1, &r) != 0) {
-                    snprintf(msg, sizeof msg, "%s: %s", kvc_status_string(r.status), r.message);
+                    snprintf(msg, sizeof msg, "%s: %.400s", kvc_status_string(r.status), r.message);
                     bad = 1;
                 }
             } else {
@@ -614,7 +614,7 @@ static int cmd_verify(int argc, char **argv) {
             canon = kvc_kit_read_file(path, &len);
             if (!canon || len != (size_t)c.args.num_outputs * KVC_SLOT_BYTES ||
                 memcmp(rows, canon, len) != 0) {
-                snprintf(msg, sizeof msg, "bytes differ from %s", path);
+                snprintf(msg, sizeof msg, "bytes differ from %.400s", path);
                 bad = 1;
             }
             if (!bad && g[i].has_ref) {
@@ -676,7 +676,7 @@ static int cmd_verify(int argc, char **argv) {
                 bad = kvc_compress(&c.args, &ex, NULL) != KVC_OK;
                 snprintf(r.message, sizeof r.message, "%s", kvc_last_error_message());
             }
-            if (bad) snprintf(msg, sizeof msg, "%s", r.message);
+            if (bad) snprintf(msg, sizeof msg, "%.250s", r.message);
             else bad = compare_rows(&c, ref, msg, sizeof msg);
         }
         printf("%-4s %s %s\n", bad ? "FAIL" : "ok", name, msg);

@@ -27,22 +27,22 @@ typedef ushort kvc_u16;
 typedef uchar kvc_u8;
 #define KVC_BITS(f) as_uint(f)
 #define KVC_FLOAT(u) as_float(u)
-#define KVC_ADD(a, b) ((a) + (b))
-#define KVC_SUB(a, b) ((a) - (b))
-#define KVC_MUL(a, b) ((a) * (b))
-#define KVC_DIV(a, b) ((a) / (b))
 #define KVC_SQRT(a) sqrt(a)
 #define KVC_GLOBAL __global
 #define KVC_FIN_SCRATCH __local /* the finaliser's c / y scratch */
-#elif defined(__CUDACC__)
+#else /* C11, and CUDA C (host and device) */
 #include <stdint.h>
+#ifdef __CUDACC__
 #define KVC_FN static __host__ __device__ __forceinline__
-typedef unsigned int kvc_u32;
+#else
+#define KVC_FN static inline
+#endif
+typedef uint32_t kvc_u32;
 typedef int32_t kvc_i32;
 typedef int64_t kvc_i64;
-typedef unsigned short kvc_u16;
-typedef unsigned char kvc_u8;
-#ifdef __CUDA_ARCH__
+typedef uint16_t kvc_u16;
+typedef uint8_t kvc_u8;
+#ifdef __CUDA_ARCH__ /* device code: _rn intrinsics are never contracted */
 #define KVC_BITS(f) __float_as_uint(f)
 #define KVC_FLOAT(u) __uint_as_float(u)
 #define KVC_ADD(a, b) __fadd_rn((a), (b))
@@ -50,38 +50,21 @@ typedef unsigned char kvc_u8;
 #define KVC_MUL(a, b) __fmul_rn((a), (b))
 #define KVC_DIV(a, b) __fdiv_rn((a), (b))
 #define KVC_SQRT(a) __fsqrt_rn(a)
-#else
+#else /* host C: built with -ffp-contract=off */
 #include <math.h>
 #include <string.h>
 KVC_FN kvc_u32 kvc_host_bits(float f) { kvc_u32 u; memcpy(&u, &f, 4); return u; }
 KVC_FN float kvc_host_float(kvc_u32 u) { float f; memcpy(&f, &u, 4); return f; }
 #define KVC_BITS(f) kvc_host_bits(f)
 #define KVC_FLOAT(u) kvc_host_float(u)
-#define KVC_ADD(a, b) ((a) + (b))
-#define KVC_SUB(a, b) ((a) - (b))
-#define KVC_MUL(a, b) ((a) * (b))
-#define KVC_DIV(a, b) ((a) / (b))
 #define KVC_SQRT(a) sqrtf(a)
 #endif
-#else /* plain C11 */
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-#define KVC_FN static inline
-typedef uint32_t kvc_u32;
-typedef int32_t kvc_i32;
-typedef int64_t kvc_i64;
-typedef uint16_t kvc_u16;
-typedef uint8_t kvc_u8;
-KVC_FN kvc_u32 kvc_host_bits(float f) { kvc_u32 u; memcpy(&u, &f, 4); return u; }
-KVC_FN float kvc_host_float(kvc_u32 u) { float f; memcpy(&f, &u, 4); return f; }
-#define KVC_BITS(f) kvc_host_bits(f)
-#define KVC_FLOAT(u) kvc_host_float(u)
+#endif
+#ifndef KVC_ADD /* OpenCL (FP_CONTRACT OFF) and host C (-ffp-contract=off) */
 #define KVC_ADD(a, b) ((a) + (b))
 #define KVC_SUB(a, b) ((a) - (b))
 #define KVC_MUL(a, b) ((a) * (b))
 #define KVC_DIV(a, b) ((a) / (b))
-#define KVC_SQRT(a) sqrtf(a)
 #endif
 
 #ifndef KVC_GLOBAL

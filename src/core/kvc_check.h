@@ -65,6 +65,25 @@ KVC_FN void kvc_slot_offsets_s(kvc_i64 slot, kvc_i64 S, kvc_i64 page_stride, kvc
     *scales = page * page_stride + S * 576 + s * 8;
 }
 
+/**
+ * Window row i of the output at boundary position p: its position (< 0 =
+ * masked: value 0, score -Inf) and the float offsets of its value and score
+ * halves inside the state row.  Overlap rows i < C are the A halves of
+ * p-2C+1+i, rows i >= C the B halves of p-C+1+(i-C); otherwise row i is
+ * position p-C+1+i with values at 0 and scores at 512.
+ */
+KVC_FN kvc_i64 kvc_window_row(kvc_i64 p, kvc_i64 C, int overlap, kvc_i64 i, int *vo, int *so) {
+    if (!overlap) {
+        *vo = 0;
+        *so = 512;
+        return p - C + 1 + i;
+    }
+    const int first = i < C;
+    *vo = first ? 0 : 512;
+    *so = first ? 1024 : 1536;
+    return first ? p - 2 * C + 1 + i : p - C + 1 + (i - C);
+}
+
 /** First position the window of boundary position p reads (masked rows excluded). */
 KVC_FN kvc_i64 kvc_window_first(kvc_i64 p, kvc_i64 C, int overlap) {
     kvc_i64 lo = overlap ? p - 2 * C + 1 : p - C + 1;

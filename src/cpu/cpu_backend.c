@@ -88,34 +88,16 @@ static void state_result(const seg_state *restrict st, float *restrict c) {
 /* Row of window row i (value and score pointers). */
 static void window_row(const kvc_args *a, const int32_t *table_row, int64_t p, int64_t i,
                        const float **v, const float **s) {
-    const int64_t C = a->compress_ratio;
-    int64_t pos;
-    int half; /* 0: A columns (overlap rows < C), 1: B / normal columns */
-    if (a->overlap == KVC_OVERLAP_ON) {
-        if (i < C) {
-            pos = p - 2 * C + 1 + i;
-            half = 0;
-        } else {
-            pos = p - C + 1 + (i - C);
-            half = 1;
-        }
-        if (pos < 0) {
-            *v = g_masked_v;
-            *s = g_masked_s;
-            return;
-        }
-    } else {
-        pos = p - C + 1 + i;
-        half = 1;
+    int vo, so;
+    const int64_t pos = kvc_window_row(p, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, i, &vo, &so);
+    if (pos < 0) {
+        *v = g_masked_v;
+        *s = g_masked_s;
+        return;
     }
     const float *row = a->state_cache + kvc_state_row_offset(a, table_row[pos / a->block_size], pos);
-    if (a->overlap == KVC_OVERLAP_ON) {
-        *v = row + (half ? 512 : 0);
-        *s = row + (half ? 1536 : 1024);
-    } else {
-        *v = row;
-        *s = row + 512;
-    }
+    *v = row + vo;
+    *s = row + so;
 }
 
 /* Compute one output; @return 1 if written non-finite. */

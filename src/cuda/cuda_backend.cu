@@ -127,18 +127,8 @@ __device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long 
     const kvc_args &a = P.a;
     const long long C = a.compress_ratio;
     for (int t = threadIdx.x; t < nrows; t += blockDim.x) {
-        long long i = r0 + t, pos;
         int vo, so;
-        if (a.overlap == KVC_OVERLAP_ON) {
-            int first = i < C;
-            pos = first ? inf.p - 2 * C + 1 + i : inf.p - C + 1 + (i - C);
-            vo = first ? 0 : 512;
-            so = first ? 1024 : 1536;
-        } else {
-            pos = inf.p - C + 1 + i;
-            vo = 0;
-            so = 512;
-        }
+        const long long pos = kvc_window_row(inf.p, C, a.overlap == KVC_OVERLAP_ON, r0 + t, &vo, &so);
         if (pos < 0) {
             rt->voff[t] = rt->soff[t] = -1;
             continue;

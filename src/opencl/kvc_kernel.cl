@@ -71,19 +71,8 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         const int n = (int)(rows - r0 < KVC_SEG ? rows - r0 : KVC_SEG);
         float4 v[KVC_SEG], s[KVC_SEG];
         for (int i = 0; i < n; i++) {
-            const long row = r0 + i;
-            long pos;
             int vo, so;
-            if (ovl) {
-                const int first = row < C;
-                pos = first ? inf.p - 2 * C + 1 + row : inf.p - C + 1 + (row - C);
-                vo = first ? 0 : 512;
-                so = first ? 1024 : 1536;
-            } else {
-                pos = inf.p - C + 1 + row;
-                vo = 0;
-                so = 512;
-            }
+            const long pos = kvc_window_row(inf.p, C, ovl, r0 + i, &vo, &so);
             if (pos < 0) {
                 v[i] = (float4)(0.0f);
                 s[i] = (float4)(KVC_NEG_INF);

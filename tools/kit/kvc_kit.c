@@ -276,3 +276,34 @@ int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t m
     }
     return 0;
 }
+
+static size_t span(int64_t n, int64_t stride, int64_t last) { return n <= 0 ? 0 : (size_t)((n - 1) * stride + last); }
+
+void kvc_kit_tensors(const kvc_args *h, const void *ptrs[9], size_t bytes[9]) {
+    int64_t W = h->state_width, st = h->state_stride_token ? h->state_stride_token : W;
+    int64_t sb = h->state_stride_block ? h->state_stride_block : h->block_size * st;
+    int64_t bt = h->block_table_stride ? h->block_table_stride : h->blocks_per_req;
+    int64_t cs = h->cos_sin_stride ? h->cos_sin_stride : 64;
+    int64_t ps = h->page_stride ? h->page_stride : h->kv_block_size * 584;
+    const void *p[9] = {h->state_cache, h->token_to_req, h->positions, h->kv_slot_mapping,
+                        h->boundary_token_indices, h->block_table, h->rms_norm_weight, h->cos_sin_cache,
+                        h->kv_cache};
+    size_t b[9] = {4 * span(h->num_blocks, sb, span(h->block_size, st, W)), 4 * (size_t)h->num_tokens,
+                   8 * (size_t)h->num_tokens, 8 * (size_t)h->num_tokens, 8 * (size_t)h->num_outputs,
+                   4 * span(h->num_reqs, bt, h->blocks_per_req), 2 * 512, 4 * span(h->max_pos, cs, 64),
+                   (size_t)(h->num_pages * ps)};
+    memcpy(ptrs, p, sizeof p);
+    memcpy(bytes, b, sizeof b);
+}
+
+void kvc_kit_rebind(kvc_args *a, void *const p[9]) {
+    a->state_cache = (const float *)p[0];
+    a->token_to_req = (const int32_t *)p[1];
+    a->positions = (const int64_t *)p[2];
+    a->kv_slot_mapping = (const int64_t *)p[3];
+    a->boundary_token_indices = (const int64_t *)p[4];
+    a->block_table = (const int32_t *)p[5];
+    a->rms_norm_weight = (const uint16_t *)p[6];
+    a->cos_sin_cache = (const float *)p[7];
+    a->kv_cache = (uint8_t *)p[8];
+}

@@ -12,6 +12,10 @@
 #include "kvcompress.h"
 #include "kvcompress_rand.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define KVC_KIT_MAX_POISON 64
 #define KVC_KIT_MAX_NONFINITE 64
 
@@ -51,9 +55,6 @@ int kvc_kit_conforms(const uint8_t *ours, const uint8_t *ref, int64_t n, int fp8
 /** Parse "reqs=8,tokens=131072,C=128,block=8,layout=shuffle,..." into params. @return 0 or -1. */
 int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t msglen);
 
-#ifdef __cplusplus
-extern "C" {
-#endif
 /**
  * Run host-resident args on the CUDA backend: copy every tensor to the
  * device, run, read the status word, copy kv_cache back.  Returns the first
@@ -62,11 +63,22 @@ extern "C" {
 kvc_status kvc_kit_cuda_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds);
 /** The same on the kit's OpenCL device (KVC_OPENCL_DEVICE=N picks one).  Only with KVC_KIT_WITH_OPENCL. */
 kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds);
-#ifdef __cplusplus
-}
-#endif
+
+/**
+ * The nine tensors of `a` in kvc_args order (state_cache, token_to_req,
+ * positions, kv_slot_mapping, boundary_token_indices, block_table,
+ * rms_norm_weight, cos_sin_cache, kv_cache) with the bytes each spans, as
+ * its sizes and strides declare (0 strides = contiguous).  For copying host
+ * args to a device.
+ */
+void kvc_kit_tensors(const kvc_args *a, const void *ptrs[9], size_t bytes[9]);
+/** Point the nine tensor fields of `a` (same order) at ptrs (device pointers or cl_mem handles). */
+void kvc_kit_rebind(kvc_args *a, void *const ptrs[9]);
 
 /** Fill `n` bytes with a deterministic non-zero pattern (poison). */
 void kvc_kit_poison(uint8_t *p, size_t n, uint64_t seed);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

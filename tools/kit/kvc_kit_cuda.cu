@@ -32,8 +32,6 @@ struct dev_args {
     size_t kv_bytes;
 };
 
-static size_t span(int64_t n, int64_t stride, int64_t last) { return n <= 0 ? 0 : (size_t)((n - 1) * stride + last); }
-
 static void free_dev(dev_args *x) {
     for (int i = 0; i < 9; i++)
         if (x->ptrs[i]) cudaFree(x->ptrs[i]);
@@ -44,33 +42,15 @@ static void free_dev(dev_args *x) {
 static int to_device(const kvc_args *h, dev_args *x) {
     memset(x, 0, sizeof *x);
     x->d = *h;
-    int64_t W = h->state_width, st = h->state_stride_token ? h->state_stride_token : W;
-    int64_t sb = h->state_stride_block ? h->state_stride_block : h->block_size * st;
-    int64_t bt = h->block_table_stride ? h->block_table_stride : h->blocks_per_req;
-    int64_t cs = h->cos_sin_stride ? h->cos_sin_stride : 64;
-    int64_t ps = h->page_stride ? h->page_stride : h->kv_block_size * 584;
-    const void *src[9] = {h->state_cache, h->token_to_req, h->positions, h->kv_slot_mapping,
-                          h->boundary_token_indices, h->block_table, h->rms_norm_weight, h->cos_sin_cache,
-                          h->kv_cache};
-    size_t bytes[9] = {
-        4 * span(h->num_blocks, sb, span(h->block_size, st, W)), 4 * (size_t)h->num_tokens,
-        8 * (size_t)h->num_tokens, 8 * (size_t)h->num_tokens, 8 * (size_t)h->num_outputs,
-        4 * span(h->num_reqs, bt, h->blocks_per_req), 2 * 512, 4 * span(h->max_pos, cs, 64),
-        (size_t)(h->num_pages * ps)};
+    const void *src[9];
+    size_t bytes[9];
+    kvc_kit_tensors(h, src, bytes);
     x->kv_bytes = bytes[8];
     for (int i = 0; i < 9; i++) {
         CK(cudaMalloc(&x->ptrs[i], bytes[i] ? bytes[i] : 16));
         if (src[i] && bytes[i]) CK(cudaMemcpy(x->ptrs[i], src[i], bytes[i], cudaMemcpyHostToDevice));
     }
-    x->d.state_cache = (const float *)x->ptrs[0];
-    x->d.token_to_req = (const int32_t *)x->ptrs[1];
-    x->d.positions = (const int64_t *)x->ptrs[2];
-    x->d.kv_slot_mapping = (const int64_t *)x->ptrs[3];
-    x->d.boundary_token_indices = (const int64_t *)x->ptrs[4];
-    x->d.block_table = (const int32_t *)x->ptrs[5];
-    x->d.rms_norm_weight = (const uint16_t *)x->ptrs[6];
-    x->d.cos_sin_cache = (const float *)x->ptrs[7];
-    x->d.kv_cache = (uint8_t *)x->ptrs[8];
+    kvc_kit_rebind(&x->d, x->ptrs);
     return 0;
 fail:
     free_dev(x);

@@ -55,8 +55,6 @@ typedef struct {
     size_t kv_bytes;
 } cl_args;
 
-static size_t span(int64_t n, int64_t stride, int64_t last) { return n <= 0 ? 0 : (size_t)((n - 1) * stride + last); }
-
 static void release(cl_args *x) {
     for (int i = 0; i < 9; i++)
         if (x->m[i]) clReleaseMemObject(x->m[i]);
@@ -66,18 +64,9 @@ static void release(cl_args *x) {
 static int to_device(const kvc_args *h, cl_args *x) {
     memset(x, 0, sizeof *x);
     x->d = *h;
-    int64_t W = h->state_width, st = h->state_stride_token ? h->state_stride_token : W;
-    int64_t sb = h->state_stride_block ? h->state_stride_block : h->block_size * st;
-    int64_t bt = h->block_table_stride ? h->block_table_stride : h->blocks_per_req;
-    int64_t cs = h->cos_sin_stride ? h->cos_sin_stride : 64;
-    int64_t ps = h->page_stride ? h->page_stride : h->kv_block_size * 584;
-    const void *src[9] = {h->state_cache, h->token_to_req, h->positions, h->kv_slot_mapping,
-                          h->boundary_token_indices, h->block_table, h->rms_norm_weight, h->cos_sin_cache,
-                          h->kv_cache};
-    size_t bytes[9] = {4 * span(h->num_blocks, sb, span(h->block_size, st, W)), 4 * (size_t)h->num_tokens,
-                       8 * (size_t)h->num_tokens, 8 * (size_t)h->num_tokens, 8 * (size_t)h->num_outputs,
-                       4 * span(h->num_reqs, bt, h->blocks_per_req), 2 * 512, 4 * span(h->max_pos, cs, 64),
-                       (size_t)(h->num_pages * ps)};
+    const void *src[9];
+    size_t bytes[9];
+    kvc_kit_tensors(h, src, bytes);
     x->kv_bytes = bytes[8];
     for (int i = 0; i < 9; i++) {
         cl_int err;
@@ -89,15 +78,9 @@ static int to_device(const kvc_args *h, cl_args *x) {
             return -1;
         }
     }
-    x->d.state_cache = (const float *)(void *)x->m[0];
-    x->d.token_to_req = (const int32_t *)(void *)x->m[1];
-    x->d.positions = (const int64_t *)(void *)x->m[2];
-    x->d.kv_slot_mapping = (const int64_t *)(void *)x->m[3];
-    x->d.boundary_token_indices = (const int64_t *)(void *)x->m[4];
-    x->d.block_table = (const int32_t *)(void *)x->m[5];
-    x->d.rms_norm_weight = (const uint16_t *)(void *)x->m[6];
-    x->d.cos_sin_cache = (const float *)(void *)x->m[7];
-    x->d.kv_cache = (uint8_t *)(void *)x->m[8];
+    void *handles[9];
+    for (int i = 0; i < 9; i++) handles[i] = (void *)x->m[i];
+    kvc_kit_rebind(&x->d, handles);
     return 0;
 }
 
