@@ -35,9 +35,6 @@
 #ifndef KVC_CUDA_DPT
 #define KVC_CUDA_DPT 2         /* dims per thread: 1 or 2                  */
 #endif
-#ifndef KVC_CUDA_PIPE
-#define KVC_CUDA_PIPE 0        /* 1: loads of segment i+1 in flight during i */
-#endif
 #ifndef KVC_CUDA_MINB
 #define KVC_CUDA_MINB 2        /* resident CTAs per SM asked of the compiler */
 #endif
@@ -215,43 +212,77 @@ __device__ __forceinline__ int seg_rows(const launch_params &P, long long sg) {
     return (int)((P.rows - g0) < KVC_SEG ? (P.rows - g0) : KVC_SEG);
 }
 
-/* A thread's complete subtree of KK consecutive segments from segment sg
- * (r0: the chunk's first row), software-pipelined: the loads of segment i+1
- * are in flight while segment i computes.  Fully unrolled, so the binary-
- * counter stack has static indices and lives in registers. */
+/*
+ * A thread's complete subtree of kk (a power of two <= 16) consecutive
+ * segments from segment sg (r0: the chunk's first row).
+ *
+ * KVC_CUDA_SUBTREE 0: one fully unrolled body per kk.  The compiler hoists the
+ *   loads of later segments above earlier arithmetic (memory parallelism),
+ *   at the price of a large body (8 segments ~ 64 KB of code).
+ * KVC_CUDA_SUBTREE 2: a runtime loop over PAIRS of segments: both segments'
+ *   loads are issued before either computes; a binary counter over pair
+ *   states keeps every stack access at a static index under a predicate, so
+ *   the stack stays in registers and the body is small.
+ */
+#ifndef KVC_CUDA_SUBTREE
+#define KVC_CUDA_SUBTREE 0
+#endif
+
 template <int KK>
 __device__ __forceinline__ stv subtree(const launch_params &P, const row_table *rt, long long r0, long long sg,
                                        int q) {
-    seg_data buf[1 + KVC_CUDA_PIPE];
-    stv stack[5];
-    if (KVC_CUDA_PIPE) seg_load(P, rt, (int)(sg * KVC_SEG - r0), seg_rows(P, sg), q, buf[0]);
-#pragma unroll
-    for (int i = 0; i < KK; i++) {
-        if (!KVC_CUDA_PIPE) {
-            seg_load(P, rt, (int)((sg + i) * KVC_SEG - r0), seg_rows(P, sg + i), q, buf[0]);
-        } else if (i + 1 < KK) {
-            seg_load(P, rt, (int)((sg + i + 1) * KVC_SEG - r0), seg_rows(P, sg + i + 1), q,
-                     buf[(i + 1) % (1 + KVC_CUDA_PIPE)]);
-        }
-        stv cur = seg_compute(buf[i % (1 + KVC_CUDA_PIPE)], seg_rows(P, sg + i));
-        /* push: merge with the complete subtrees it completes (ctz(i + 1) of them) */
-        int b = 0;
-#pragma unroll
-        for (; b < 4 && (((i + 1) >> b) & 1) == 0; b++) {
-            st_merge(stack[b], cur);
-            cur = stack[b];
-        }
-        stack[b] = cur;
+    if constexpr (KK == 1) {
+        seg_data x;
+        const int n = seg_rows(P, sg);
+        seg_load(P, rt, (int)(sg * KVC_SEG - r0), n, q, x);
+        return seg_compute(x, n);
+    } else {
+        stv A = subtree<KK / 2>(P, rt, r0, sg, q);
+        stv B = subtree<KK / 2>(P, rt, r0, sg + KK / 2, q);
+        st_merge(A, B);
+        return A;
     }
-    int top = 0;
+}
+
+__device__ stv subtree_pairs(const launch_params &P, const row_table *rt, long long r0, long long sg, int kk,
+                             int q) {
+    stv stack[4]; /* stack[b]: 2^(b+1) segments */
+#pragma unroll 1
+    for (int j = 0; j < kk / 2; j++) {
+        seg_data x0, x1;
+        const long long s0 = sg + 2 * j;
+        const int n0 = seg_rows(P, s0), n1 = seg_rows(P, s0 + 1);
+        seg_load(P, rt, (int)(s0 * KVC_SEG - r0), n0, q, x0);
+        seg_load(P, rt, (int)((s0 + 1) * KVC_SEG - r0), n1, q, x1);
+        stv cur = seg_compute(x0, n0);
+        stv second = seg_compute(x1, n1);
+        st_merge(cur, second);
+        const int t = __ffs(j + 1) - 1; /* pair subtrees this pair completes */
 #pragma unroll
-    for (int b = 0; b < 5; b++)
-        if ((1 << b) == KK) top = b;
-    return stack[top];
+        for (int b = 0; b < 3; b++) {
+            if (b < t) {
+                st_merge(stack[b], cur);
+                cur = stack[b];
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+            if (b == t) stack[b] = cur;
+    }
+    const int top = __ffs(kk) - 2; /* log2(kk) - 1 */
+    stv res = stack[0];
+#pragma unroll
+    for (int b = 1; b < 4; b++)
+        if (b == top) res = stack[b];
+    return res;
 }
 
 __device__ stv subtree_rt(const launch_params &P, const row_table *rt, long long r0, long long sg, long long kk,
                           int q) {
+#if KVC_CUDA_SUBTREE == 2
+    if (kk == 1) return subtree<1>(P, rt, r0, sg, q);
+    return subtree_pairs(P, rt, r0, sg, (int)kk, q);
+#else
     switch (kk) {
     case 1: return subtree<1>(P, rt, r0, sg, q);
     case 2: return subtree<2>(P, rt, r0, sg, q);
@@ -259,6 +290,7 @@ __device__ stv subtree_rt(const launch_params &P, const row_table *rt, long long
     case 8: return subtree<8>(P, rt, r0, sg, q);
     default: return subtree<16>(P, rt, r0, sg, q); /* kk = csize / lanes <= MAX_CH */
     }
+#endif
 }
 
 __device__ void record_error(kvc_device_status *st, int check, long long o, long long value) {
