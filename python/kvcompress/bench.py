@@ -41,7 +41,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m kvcompress.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--layout", default="both", choices=["contig", "shuffle", "both"])
     ap.add_argument("--repeat", type=int, default=100)
-    ap.add_argument("--torch-repeat", type=int, default=20)
+    ap.add_argument("--torch-repeat", type=int, default=50)
     ap.add_argument("--json")
     ap.add_argument("--plot")
     args = ap.parse_args(argv)
