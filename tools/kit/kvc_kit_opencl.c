@@ -182,7 +182,72 @@ int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out) {
     return out->status == KVC_OK ? 0 : -1;
 }
 
-double kvc_bench_opencl_read_bw(void) { return -1; /* not measured for OpenCL: see bench/NOTES.md */ }
+/* Read bandwidth of the kit's device: a large read-only reduction (each
+ * work-item sums a grid-strided range of float4), timed like the cases. */
+static const char *k_read_src =
+    "__kernel void kvc_read(__global const float4 *p, ulong n, __global float *sink, int chunked) {\n"
+    "  float4 acc = (float4)(0.0f);\n"
+    "  ulong g = get_global_id(0), G = get_global_size(0);\n"
+    "  if (chunked) { /* CPU devices: one contiguous range per work-item */\n"
+    "    ulong per = (n + G - 1) / G, lo = g * per, hi = min(n, lo + per);\n"
+    "    for (ulong i = lo; i < hi; i++) acc += p[i];\n"
+    "  } else { /* GPUs: grid-stride, coalesced */\n"
+    "    for (ulong i = g; i < n; i += G) acc += p[i];\n"
+    "  }\n"
+    "  if (acc.x + acc.y + acc.z + acc.w == 1234.5f) sink[0] = acc.x;\n"
+    "}\n";
+
+double kvc_bench_opencl_read_bw(void) {
+    if (setup() != 0) return -1;
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(g_ctx, 1, &k_read_src, NULL, &err);
+    if (err != CL_SUCCESS || clBuildProgram(prog, 1, &g_dev, NULL, NULL, NULL) != CL_SUCCESS) return -1;
+    cl_kernel k = clCreateKernel(prog, "kvc_read", &err);
+    cl_ulong maxalloc = 0;
+    clGetDeviceInfo(g_dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof maxalloc, &maxalloc, NULL);
+    size_t bytes = (size_t)1 << 30;
+    if (maxalloc && bytes > maxalloc / 2) bytes = (size_t)(maxalloc / 2) & ~(size_t)15;
+    cl_mem buf = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    cl_mem sink = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE, 16, NULL, NULL);
+    size_t flush_bytes = (size_t)256 << 20;
+    cl_mem flush = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE, flush_bytes, NULL, NULL);
+    double t[21];
+    int n = 0;
+    if (err == CL_SUCCESS && k && sink && flush) {
+        const cl_int one = 1;
+        clEnqueueFillBuffer(g_q, buf, &one, sizeof one, 0, bytes, 0, NULL, NULL);
+        cl_ulong n4 = bytes / 16;
+        clSetKernelArg(k, 0, sizeof buf, &buf);
+        clSetKernelArg(k, 1, sizeof n4, &n4);
+        clSetKernelArg(k, 2, sizeof sink, &sink);
+        cl_device_type type = 0;
+        clGetDeviceInfo(g_dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+        const cl_int chunked = (type & CL_DEVICE_TYPE_GPU) ? 0 : 1;
+        clSetKernelArg(k, 3, sizeof chunked, &chunked);
+        cl_uint cu = 1;
+        clGetDeviceInfo(g_dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
+        size_t local = 256, global = (size_t)cu * 8 * local;
+        for (int i = -2; i < 21; i++) {
+            clEnqueueFillBuffer(g_q, flush, &i, sizeof i, 0, flush_bytes, 0, NULL, NULL);
+            cl_event ev;
+            if (clEnqueueNDRangeKernel(g_q, k, 1, NULL, &global, &local, 0, NULL, &ev) != CL_SUCCESS) break;
+            clWaitForEvents(1, &ev);
+            cl_ulong a0 = 0, a1 = 0;
+            clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof a0, &a0, NULL);
+            clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof a1, &a1, NULL);
+            clReleaseEvent(ev);
+            if (i >= 0) t[n++] = (double)(a1 - a0) * 1e-9;
+        }
+    }
+    if (flush) clReleaseMemObject(flush);
+    if (sink) clReleaseMemObject(sink);
+    if (buf) clReleaseMemObject(buf);
+    if (k) clReleaseKernel(k);
+    clReleaseProgram(prog);
+    if (n == 0) return -1;
+    qsort(t, (size_t)n, sizeof *t, cmp_d);
+    return t[n / 2] > 0 ? (double)bytes / t[n / 2] / 1e9 : -1;
+}
 
 void kvc_bench_opencl_info(void) {
     cl_platform_id plats[16];
