@@ -63,9 +63,50 @@ static inline __attribute__((always_inline)) void row_step(const float *restrict
     for (int d = 0; d < D; d++) kvc_seg_step(m[d], s[d], v[d], &den[d], &num[d]);
 }
 
+/* A full segment in ONE pass over the dimensions: the 8 rows' scores and
+ * values are 16 independent streams in the same loop (more cache misses in
+ * flight than 8 row-by-row passes), and the state stays in registers.  Same
+ * operations in the same order as the row-by-row path. */
+KVC_CLONES
+__attribute__((noinline)) static void seg_reduce8(const float *restrict s0, const float *restrict s1, const float *restrict s2,
+                        const float *restrict s3, const float *restrict s4, const float *restrict s5,
+                        const float *restrict s6, const float *restrict s7, const float *restrict v0,
+                        const float *restrict v1, const float *restrict v2, const float *restrict v3,
+                        const float *restrict v4, const float *restrict v5, const float *restrict v6,
+                        const float *restrict v7, float *restrict om, float *restrict oden, float *restrict onum) {
+    for (int d = 0; d < D; d++) {
+        float m = s0[d];
+        m = kvc_max(m, s1[d]);
+        m = kvc_max(m, s2[d]);
+        m = kvc_max(m, s3[d]);
+        m = kvc_max(m, s4[d]);
+        m = kvc_max(m, s5[d]);
+        m = kvc_max(m, s6[d]);
+        m = kvc_max(m, s7[d]);
+        float den = 0.0f, num = 0.0f;
+        KVC_SEG_STEP(m, s0[d], v0[d], den, num);
+        KVC_SEG_STEP(m, s1[d], v1[d], den, num);
+        KVC_SEG_STEP(m, s2[d], v2[d], den, num);
+        KVC_SEG_STEP(m, s3[d], v3[d], den, num);
+        KVC_SEG_STEP(m, s4[d], v4[d], den, num);
+        KVC_SEG_STEP(m, s5[d], v5[d], den, num);
+        KVC_SEG_STEP(m, s6[d], v6[d], den, num);
+        KVC_SEG_STEP(m, s7[d], v7[d], den, num);
+        kvc_seg_close(m, &den, &num);
+        om[d] = m;
+        oden[d] = den;
+        onum[d] = num;
+    }
+}
+
 /* Reduce one segment of n (1..8) rows into st. */
 KVC_CLONES
 static void seg_reduce(const float *const *vrow, const float *const *srow, int n, seg_state *restrict st) {
+    if (n == KVC_SEG) {
+        seg_reduce8(srow[0], srow[1], srow[2], srow[3], srow[4], srow[5], srow[6], srow[7], vrow[0], vrow[1],
+                    vrow[2], vrow[3], vrow[4], vrow[5], vrow[6], vrow[7], st->m, st->den, st->num);
+        return;
+    }
     memcpy(st->m, srow[0], sizeof st->m);
     memset(st->den, 0, sizeof st->den);
     memset(st->num, 0, sizeof st->num);
@@ -100,6 +141,14 @@ static void window_row(const kvc_args *a, const int32_t *table_row, int64_t p, i
     *s = row + so;
 }
 
+/* Value and score pointers of the rows of segment sg; @return its row count. */
+static int segment_rows(const kvc_args *a, const int32_t *table_row, int64_t p, int64_t rows, int64_t sg,
+                        const float **v, const float **s) {
+    const int n = (int)((rows - sg * KVC_SEG) < KVC_SEG ? rows - sg * KVC_SEG : KVC_SEG);
+    for (int i = 0; i < n; i++) window_row(a, table_row, p, sg * KVC_SEG + i, &v[i], &s[i]);
+    return n;
+}
+
 /* Compute one output; @return 1 if written non-finite. */
 static int compute_output(const kvc_args *a, const kvc_out_info *inf, seg_state *stack, int *sizes,
                           float *c, float *y) {
@@ -107,12 +156,25 @@ static int compute_output(const kvc_args *a, const kvc_out_info *inf, seg_state 
     const int64_t nseg = kvc_num_segments(rows);
     const int32_t *table_row = a->block_table + inf->r * a->block_table_stride;
     int top = -1;
+    const float *rv[2][KVC_SEG], *rs[2][KVC_SEG]; /* this segment's rows and the next one's */
+    int rn[2];
+    rn[0] = segment_rows(a, table_row, inf->p, rows, 0, rv[0], rs[0]);
     for (int64_t sg = 0; sg < nseg; sg++) {
-        const float *v[KVC_SEG], *s[KVC_SEG];
-        int n = (int)((rows - sg * KVC_SEG) < KVC_SEG ? rows - sg * KVC_SEG : KVC_SEG);
-        for (int i = 0; i < n; i++) window_row(a, table_row, inf->p, sg * KVC_SEG + i, &v[i], &s[i]);
+        const int cur = (int)(sg & 1), nxt = cur ^ 1;
+        if (sg + 1 < nseg) {
+            /* Prefetch the next segment when it does not follow this one in
+             * memory (a shuffled block table: a cold jump the hardware
+             * prefetcher cannot see); contiguous rows it streams by itself. */
+            rn[nxt] = segment_rows(a, table_row, inf->p, rows, sg + 1, rv[nxt], rs[nxt]);
+            const int contiguous = rv[nxt][0] == rv[cur][rn[cur] - 1] + a->state_stride_token;
+            for (int i = 0; i < rn[nxt] && !contiguous; i++)
+                for (int k = 0; k < D; k += 64 / (int)sizeof(float)) {
+                    __builtin_prefetch(rv[nxt][i] + k, 0, 3);
+                    __builtin_prefetch(rs[nxt][i] + k, 0, 3);
+                }
+        }
         top++;
-        seg_reduce(v, s, n, &stack[top]);
+        seg_reduce(rv[cur], rs[cur], rn[cur], &stack[top]);
         sizes[top] = 1;
         while (top >= 1 && sizes[top - 1] == sizes[top]) {
             state_merge(&stack[top - 1], &stack[top]);
