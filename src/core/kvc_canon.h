@@ -160,18 +160,15 @@ KVC_FN void kvc_merge(float *mA, float *dA, float *nA, float mB, float dB, float
 /**
  * Segment reduction (SPEC 3), one dimension, rows in token order:
  *   m = max over the segment's scores (kvc_max, first row first);
- *   then for each row: kvc_seg_step(m, s_i, v_i, &den, &num) (or the macro
- *   KVC_SEG_STEP on lvalues, which keeps the state out of memory);
+ *   then for each row: kvc_seg_step(m, s_i, v_i, &den, &num);
  *   finally kvc_seg_close(m, &den, &num) (den = num = 0 if m == -Inf).
  * Callers start with den = num = 0.
  */
-#define KVC_SEG_STEP(m, s, v, den, num)         \
-    do {                                          \
-        const float e_ = kvc_exp(KVC_SUB(s, m));  \
-        (den) = KVC_ADD((den), e_);               \
-        (num) = KVC_ADD((num), KVC_MUL(e_, (v))); \
-    } while (0)
-KVC_FN void kvc_seg_step(float m, float s, float v, float *den, float *num) { KVC_SEG_STEP(m, s, v, *den, *num); }
+KVC_FN void kvc_seg_step(float m, float s, float v, float *den, float *num) {
+    float e = kvc_exp(KVC_SUB(s, m));
+    *den = KVC_ADD(*den, e);
+    *num = KVC_ADD(*num, KVC_MUL(e, v));
+}
 KVC_FN void kvc_seg_close(float m, float *den, float *num) {
     int dead = (m == KVC_NEG_INF);
     *den = dead ? 0.0f : *den;
