@@ -17,7 +17,9 @@
  *  - Nothing in the library exits, aborts or asserts.
  *
  * Thread safety: every function may be called concurrently from several
- * threads; error messages are per thread.
+ * threads; error messages are per thread.  Exception (CUDA backend): calls on
+ * one device share that device's workspace and status word, so they must be
+ * ordered (one stream, or streams synchronised with each other).
  */
 #ifndef KVCOMPRESS_H
 #define KVCOMPRESS_H
