@@ -327,6 +327,13 @@ __device__ void record_error(kvc_device_status *st, int check, long long o, long
 
 __device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull); }
 
+/*
+ * Finalise one output from c[512]: called by threads 0..127 together (named
+ * barrier 1), thread q holding dims 4q..4q+3.  RMS sum in the canonical
+ * pairwise tree (4 leaves per thread, then warp shuffles: a + b == b + a, so
+ * the shuffle order does not matter, then the 4 warp sums), NOPE groups of 16
+ * threads (q < 112), RoPE pairs on q >= 112.  red: 4 floats of shared memory.
+ */
 __device__ void finalize(const launch_params &P, const kvc_out_info &inf, const float c[4], int q, float *red) {
     const kvc_args &a = P.a;
     int bad = 0;
