@@ -84,6 +84,43 @@ KVC_FN kvc_i64 kvc_window_row(kvc_i64 p, kvc_i64 C, int overlap, kvc_i64 i, int 
     return first ? p - 2 * C + 1 + i : p - C + 1 + (i - C);
 }
 
+/**
+ * Chunk j of a window of nseg segments cut for chunk size ch (a power of
+ * two): floor(nseg / ch) chunks of ch segments, then one chunk per set bit of
+ * nseg % ch, largest first.  Every chunk is a complete, aligned subtree of
+ * the canonical tree, so chunk states merged with a binary counter over
+ * their sizes give the canonical result.
+ */
+KVC_FN void kvc_chunk_of(kvc_i64 nseg, kvc_i64 ch, kvc_i64 j, kvc_i64 *start, kvc_i64 *size) {
+    const kvc_i64 full = nseg / ch;
+    if (j < full) {
+        *start = j * ch;
+        *size = ch;
+        return;
+    }
+    kvc_i64 s = full * ch, rem = nseg - s, k = j - full;
+    for (kvc_i64 bit = ch >> 1; bit >= 1; bit >>= 1) {
+        if (rem & bit) {
+            if (k == 0) {
+                *start = s;
+                *size = bit;
+                return;
+            }
+            k--;
+            s += bit;
+        }
+    }
+    *start = s; /* unreachable for valid j */
+    *size = 1;
+}
+
+/** Number of chunks kvc_chunk_of cuts a window of nseg segments into. */
+KVC_FN kvc_i64 kvc_chunk_count(kvc_i64 nseg, kvc_i64 ch) {
+    kvc_i64 n = nseg / ch;
+    for (kvc_i64 r = nseg % ch; r; r &= r - 1) n++;
+    return n;
+}
+
 /** First position the window of boundary position p reads (masked rows excluded). */
 KVC_FN kvc_i64 kvc_window_first(kvc_i64 p, kvc_i64 C, int overlap) {
     kvc_i64 lo = overlap ? p - 2 * C + 1 : p - C + 1;

@@ -85,30 +85,6 @@ struct launch_params {
     int fast;                   /* vec and no overlap: straight-line full segments */
 };
 
-/* Chunk j of a window of nseg segments: start segment and size (power of 2). */
-__device__ void chunk_of(long long nseg, long long ch, long long j, long long *start, long long *size) {
-    long long full = nseg / ch;
-    if (j < full) {
-        *start = j * ch;
-        *size = ch;
-        return;
-    }
-    long long s = full * ch, rem = nseg - s, k = j - full;
-    for (long long bit = ch >> 1; bit >= 1; bit >>= 1) {
-        if (rem & bit) {
-            if (k == 0) {
-                *start = s;
-                *size = bit;
-                return;
-            }
-            k--;
-            s += bit;
-        }
-    }
-    *start = s; /* unreachable for valid j */
-    *size = 1;
-}
-
 /* Row addresses of the CTA's chunk: element offsets of the row's value and
  * score halves, or -1 for a masked (overlap, position < 0) row. */
 struct row_table {
@@ -507,8 +483,8 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
         if (j == 0 && tid == 0) count(&P.status->outputs_padding);
         return;
     }
-    long long cstart, csize;
-    chunk_of(P.nseg, P.ch, j, &cstart, &csize);
+    int64_t cstart, csize;
+    kvc_chunk_of(P.nseg, P.ch, j, &cstart, &csize);
     const int active = (int)(csize < P.lanes ? csize : P.lanes); /* lanes with work */
     const long long kk = csize / active;                        /* segments per lane */
 
@@ -561,8 +537,8 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
         long long sizes[STACK_MAX];
         int top = -1;
         for (long long k = 0; k < P.nchunk; k++) {
-            long long s0, sz;
-            chunk_of(P.nseg, P.ch, k, &s0, &sz);
+            int64_t s0, sz;
+            kvc_chunk_of(P.nseg, P.ch, k, &s0, &sz);
             top++;
             stack[top] = st_load(base + k * (3 * 512), q);
             sizes[top] = sz;
@@ -648,8 +624,7 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     long long L = ch < MAX_LANES ? ch : MAX_LANES;
     P.ch = ch;
     P.lanes = (int)L;
-    P.nchunk = P.nseg / ch;
-    for (long long r = P.nseg % ch; r; r &= r - 1) P.nchunk++;
+    P.nchunk = kvc_chunk_count(P.nseg, ch);
     P.uniform = P.nseg % ch == 0 && (P.nchunk & (P.nchunk - 1)) == 0 && P.nchunk <= 8 * L;
     P.vec = ((uintptr_t)a->state_cache % (4 * DPT) == 0) && a->state_stride_block % DPT == 0 &&
             a->state_stride_token % DPT == 0;

@@ -30,11 +30,20 @@ typedef struct {
     cl_int written, padding, nonfinite, invalid;
 } kvc_cl_status;
 
+/* Mirrors kvc_cl_plan of kvc_kernel.cl. */
+typedef struct {
+    cl_long rows, nseg, ch, nchunk;
+} kvc_cl_plan;
+
 typedef struct {
     cl_context ctx;
     cl_device_id dev;
     cl_program prog;
-    cl_mem status; /* library-owned status word */
+    cl_mem status;     /* library-owned status word                     */
+    cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
+    size_t states_bytes;
+    cl_mem tickets;    /* [outputs] int                                 */
+    size_t tickets_bytes;
 } cl_entry;
 
 #define KVC_CL_CACHE 16
@@ -60,7 +69,7 @@ int kvc_opencl_available(void) {
 }
 
 /* The cached program (and status buffer) of the queue's context and device. */
-static kvc_status get_entry(cl_command_queue q, cl_entry *out) {
+static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     cl_context ctx;
     cl_device_id dev;
     cl_int err;
@@ -70,7 +79,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry *out) {
     pthread_mutex_lock(&g_lock);
     for (int i = 0; i < g_ncache; i++)
         if (g_cache[i].ctx == ctx && g_cache[i].dev == dev) {
-            *out = g_cache[i];
+            *out = &g_cache[i];
             pthread_mutex_unlock(&g_lock);
             return KVC_OK;
         }
@@ -103,11 +112,11 @@ static kvc_status get_entry(cl_command_queue q, cl_entry *out) {
         pthread_mutex_unlock(&g_lock);
         return cl_fail(err, "clCreateBuffer(status)");
     }
-    cl_entry e = {ctx, dev, prog, status};
+    cl_entry e = {ctx, dev, prog, status, NULL, 0, NULL, 0};
     if (g_ncache < KVC_CL_CACHE) {
         clRetainContext(ctx);
-        g_cache[g_ncache++] = e;
-        *out = e;
+        g_cache[g_ncache] = e;
+        *out = &g_cache[g_ncache++];
     } else {
         st = kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "more than %d OpenCL contexts in use", KVC_CL_CACHE);
         clReleaseMemObject(status);
@@ -117,6 +126,29 @@ static kvc_status get_entry(cl_command_queue q, cl_entry *out) {
     return st;
 }
 
+/* Make *buf at least `need` bytes (under g_lock). */
+static kvc_status grow(cl_context ctx, cl_mem *buf, size_t *have, size_t need, const char *what) {
+    if (*have >= need) return KVC_OK;
+    if (*buf) clReleaseMemObject(*buf);
+    *buf = NULL;
+    *have = 0;
+    cl_int err;
+    size_t bytes = need + need / 4;
+    *buf = clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err != CL_SUCCESS) {
+        *buf = NULL;
+        return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "OpenCL %s buffer of %zu bytes: error %d", what, bytes, (int)err);
+    }
+    *have = bytes;
+    return KVC_OK;
+}
+
+static long long pow2_floor(long long x) {
+    long long p = 1;
+    while (p * 2 <= x) p *= 2;
+    return p;
+}
+
 kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
     cl_command_queue q = (cl_command_queue)e->stream;
     if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: the OpenCL backend needs a cl_command_queue");
@@ -124,32 +156,61 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
         rep->outputs_written = rep->outputs_padding = rep->outputs_nonfinite = -1;
         rep->device_async = 1;
     }
-    cl_entry ent;
+    cl_entry *ent;
     kvc_status st = get_entry(q, &ent);
     if (st != KVC_OK) return st;
-    cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ent.status;
+    cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ent->status;
     cl_int err;
     const cl_int zero = 0;
     if ((err = clEnqueueFillBuffer(q, status, &zero, sizeof zero, 0, sizeof(kvc_cl_status), 0, NULL, NULL)) !=
         CL_SUCCESS)
         return cl_fail(err, "clEnqueueFillBuffer(status)");
     if (a->num_outputs == 0) return KVC_OK;
-    cl_kernel k = clCreateKernel(ent.prog, "kvc_compress_kernel", &err);
+
+    /* the CUDA backend's chunk policy: several waves of work-groups, chunks of
+     * >= 4 segments, <= 16 chunks per output where the window allows */
+    kvc_cl_plan pl;
+    pl.rows = a->overlap == KVC_OVERLAP_ON ? 2 * a->compress_ratio : a->compress_ratio;
+    pl.nseg = (pl.rows + KVC_SEG - 1) / KVC_SEG;
+    const long long total = (long long)a->num_outputs * pl.nseg;
+    long long ch = pow2_floor(total / 528 > 0 ? total / 528 : 1);
+    if (ch < 4) ch = 4;
+    while (ch * 16 < pl.nseg && ch < 128) ch *= 2;
+    if (ch > 128) ch = 128;
+    while (ch > 1 && ch > pl.nseg) ch /= 2;
+    pl.ch = ch;
+    pl.nchunk = kvc_chunk_count(pl.nseg, ch);
+    const long long groups = (long long)a->num_outputs * pl.nchunk;
+
+    pthread_mutex_lock(&g_lock);
+    st = grow(ent->ctx, &ent->states, &ent->states_bytes,
+              pl.nchunk > 1 ? (size_t)groups * 1536 * sizeof(float) : 16, "chunk-state");
+    if (st == KVC_OK) st = grow(ent->ctx, &ent->tickets, &ent->tickets_bytes, (size_t)a->num_outputs * 4, "ticket");
+    cl_mem states = ent->states, tickets = ent->tickets;
+    pthread_mutex_unlock(&g_lock);
+    if (st != KVC_OK) return st;
+    if (pl.nchunk > 1 &&
+        (err = clEnqueueFillBuffer(q, tickets, &zero, sizeof zero, 0, (size_t)a->num_outputs * 4, 0, NULL, NULL)) !=
+            CL_SUCCESS)
+        return cl_fail(err, "clEnqueueFillBuffer(tickets)");
+
+    cl_kernel k = clCreateKernel(ent->prog, "kvc_compress_kernel", &err);
     if (err != CL_SUCCESS) return cl_fail(err, "clCreateKernel");
     const kvc_shape sh = kvc_shape_of(a);
-    cl_mem bufs[10] = {(cl_mem)(void *)a->state_cache, (cl_mem)(void *)a->token_to_req,
+    cl_mem bufs[12] = {(cl_mem)(void *)a->state_cache, (cl_mem)(void *)a->token_to_req,
                        (cl_mem)(void *)a->positions, (cl_mem)(void *)a->kv_slot_mapping,
                        (cl_mem)(void *)a->boundary_token_indices, (cl_mem)(void *)a->block_table,
                        (cl_mem)(void *)a->rms_norm_weight, (cl_mem)(void *)a->cos_sin_cache,
-                       (cl_mem)(void *)a->kv_cache, status};
+                       (cl_mem)(void *)a->kv_cache, status, states, tickets};
     err = clSetKernelArg(k, 0, sizeof sh, &sh);
-    for (int i = 0; i < 10 && err == CL_SUCCESS; i++) err = clSetKernelArg(k, (cl_uint)(i + 1), sizeof(cl_mem), &bufs[i]);
+    if (err == CL_SUCCESS) err = clSetKernelArg(k, 1, sizeof pl, &pl);
+    for (int i = 0; i < 12 && err == CL_SUCCESS; i++) err = clSetKernelArg(k, (cl_uint)(i + 2), sizeof(cl_mem), &bufs[i]);
     if (err != CL_SUCCESS) {
         clReleaseKernel(k);
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "OpenCL kernel argument rejected (error %d): are the kvc_args "
                         "pointers cl_mem buffers?", (int)err);
     }
-    const size_t local = 128, global = (size_t)a->num_outputs * local;
+    const size_t local = 128, global = (size_t)groups * local;
     err = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
     clReleaseKernel(k);
     if (err != CL_SUCCESS) return cl_fail(err, "clEnqueueNDRangeKernel");
@@ -159,10 +220,10 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
 kvc_status kvc_opencl_read_status_impl(const kvc_exec *e, kvc_device_status *out) {
     cl_command_queue q = (cl_command_queue)e->stream;
     if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: need the cl_command_queue");
-    cl_entry ent;
+    cl_entry *ent;
     kvc_status st = get_entry(q, &ent);
     if (st != KVC_OK) return st;
-    cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ent.status;
+    cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ent->status;
     kvc_cl_status s;
     cl_int err = clEnqueueReadBuffer(q, status, CL_TRUE, 0, sizeof s, &s, 0, NULL, NULL);
     if (err != CL_SUCCESS) return cl_fail(err, "clEnqueueReadBuffer(status)");
