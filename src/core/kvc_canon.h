@@ -182,6 +182,25 @@ KVC_FN kvc_i64 kvc_tree_split(kvc_i64 n) {
     return p;
 }
 
+/**
+ * The canonical tree as a binary counter, for states produced in window
+ * order.  After putting a state that covers `size` segments at stack[top]
+ * (sizes[top] = size), KVC_TREE_PUSH merges it with the equal-sized complete
+ * subtrees to its left; once every state is in, KVC_TREE_FOLD folds the stack
+ * from the right, leaving T(0, n) at stack[0].  MERGE(l, r) must merge stack
+ * entry r into entry l (l is the left, earlier part).  This reproduces the
+ * tree of SPEC 3 (left part = largest power of two strictly below n) for any
+ * sequence of complete, aligned subtrees given in order.
+ */
+#define KVC_TREE_PUSH(sizes, top, MERGE)                        \
+    while ((top) >= 1 && (sizes)[(top) - 1] == (sizes)[(top)]) { \
+        MERGE((top) - 1, (top));                                \
+        (sizes)[(top) - 1] *= 2;                                \
+        (top)--;                                                \
+    }
+#define KVC_TREE_FOLD(top, MERGE) \
+    for (int kvc_k_ = (top) - 1; kvc_k_ >= 0; kvc_k_--) MERGE(kvc_k_, kvc_k_ + 1)
+
 /** Number of 8-row segments of a window of `rows` rows. */
 KVC_FN kvc_i64 kvc_num_segments(kvc_i64 rows) { return (rows + KVC_SEG - 1) / KVC_SEG; }
 

@@ -176,13 +176,11 @@ static int compute_output(const kvc_args *a, const kvc_out_info *inf, seg_state 
         top++;
         seg_reduce(rv[cur], rs[cur], rn[cur], &stack[top]);
         sizes[top] = 1;
-        while (top >= 1 && sizes[top - 1] == sizes[top]) {
-            state_merge(&stack[top - 1], &stack[top]);
-            sizes[top - 1] *= 2;
-            top--;
-        }
+#define CPU_MERGE(l, r) state_merge(&stack[l], &stack[r])
+        KVC_TREE_PUSH(sizes, top, CPU_MERGE);
     }
-    for (int k = top - 1; k >= 0; k--) state_merge(&stack[k], &stack[k + 1]);
+    KVC_TREE_FOLD(top, CPU_MERGE);
+#undef CPU_MERGE
     state_result(&stack[0], c);
 
     int64_t payload, scales;

@@ -40,6 +40,7 @@ typedef struct {
 static inline void st_merge(st4 *a, const st4 *b) {
     for (int j = 0; j < 4; j++) kvc_merge(&a->m[j], &a->d[j], &a->n[j], b->m[j], b->d[j], b->n[j]);
 }
+#define CL_MERGE(l, r) st_merge(&stack[l], &stack[r])
 
 /* Reduce segments [s0, s0 + count) of one output for dims 4q..4q+3. */
 static st4 reduce_segments(const kvc_shape *sh, const kvc_cl_plan *pl, __global const float *state,
@@ -89,13 +90,9 @@ static st4 reduce_segments(const kvc_shape *sh, const kvc_cl_plan *pl, __global 
         top++;
         stack[top] = cur;
         sizes[top] = 1;
-        while (top >= 1 && sizes[top - 1] == sizes[top]) {
-            st_merge(&stack[top - 1], &stack[top]);
-            sizes[top - 1] *= 2;
-            top--;
-        }
+        KVC_TREE_PUSH(sizes, top, CL_MERGE);
     }
-    for (int k = top - 1; k >= 0; k--) st_merge(&stack[k], &stack[k + 1]);
+    KVC_TREE_FOLD(top, CL_MERGE);
     return stack[0];
 }
 
@@ -159,13 +156,9 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
                 stack[top].n[u] = all[k * 1536 + 1024 + 4 * q + u];
             }
             sizes[top] = sz;
-            while (top >= 1 && sizes[top - 1] == sizes[top]) {
-                st_merge(&stack[top - 1], &stack[top]);
-                sizes[top - 1] *= 2;
-                top--;
-            }
+            KVC_TREE_PUSH(sizes, top, CL_MERGE);
         }
-        for (int k = top - 1; k >= 0; k--) st_merge(&stack[k], &stack[k + 1]);
+        KVC_TREE_FOLD(top, CL_MERGE);
         res = stack[0];
     }
     for (int k = 0; k < 4; k++) c[4 * q + k] = KVC_DIV(res.n[k], res.d[k]);
