@@ -189,22 +189,6 @@ __device__ __forceinline__ int seg_rows(const launch_params &P, long long sg) {
     return (int)((P.rows - g0) < KVC_SEG ? (P.rows - g0) : KVC_SEG);
 }
 
-/*
- * A thread's complete subtree of kk (a power of two <= 16) consecutive
- * segments from segment sg (r0: the chunk's first row).
- *
- * KVC_CUDA_SUBTREE 0: one fully unrolled body per kk.  The compiler hoists the
- *   loads of later segments above earlier arithmetic (memory parallelism),
- *   at the price of a large body (8 segments ~ 64 KB of code).
- * KVC_CUDA_SUBTREE 2: a runtime loop over PAIRS of segments: both segments'
- *   loads are issued before either computes; a binary counter over pair
- *   states keeps every stack access at a static index under a predicate, so
- *   the stack stays in registers and the body is small.
- */
-#ifndef KVC_CUDA_SUBTREE
-#define KVC_CUDA_SUBTREE 0
-#endif
-
 /* The common case, as straight-line code: 8 rows, no overlap (no masked
  * rows; a bad block skipped the whole CTA), 8-byte loads.  No per-row
  * branches or predicates, so all 16 loads issue back to back (the generic
@@ -224,6 +208,14 @@ __device__ __forceinline__ void seg_load_full(const launch_params &P, const row_
     }
 }
 
+/*
+ * A thread's complete subtree of kk (a power of two <= 16) consecutive
+ * segments from segment sg (r0: the chunk's first row): one fully unrolled
+ * body per kk, so the compiler hoists the loads of later segments above
+ * earlier arithmetic (memory parallelism).  A runtime loop over segments or
+ * over pairs of segments kept the code small but measured slower (v8, v9 in
+ * bench/NOTES.md) and was removed.
+ */
 template <int KK>
 __device__ __forceinline__ stv subtree(const launch_params &P, const row_table *rt, long long r0, long long sg,
                                        int q) {
@@ -244,45 +236,8 @@ __device__ __forceinline__ stv subtree(const launch_params &P, const row_table *
     }
 }
 
-__device__ stv subtree_pairs(const launch_params &P, const row_table *rt, long long r0, long long sg, int kk,
-                             int q) {
-    stv stack[4]; /* stack[b]: 2^(b+1) segments */
-#pragma unroll 1
-    for (int j = 0; j < kk / 2; j++) {
-        seg_data x0, x1;
-        const long long s0 = sg + 2 * j;
-        const int n0 = seg_rows(P, s0), n1 = seg_rows(P, s0 + 1);
-        seg_load(P, rt, (int)(s0 * KVC_SEG - r0), n0, q, x0);
-        seg_load(P, rt, (int)((s0 + 1) * KVC_SEG - r0), n1, q, x1);
-        stv cur = seg_compute(x0, n0);
-        stv second = seg_compute(x1, n1);
-        st_merge(cur, second);
-        const int t = __ffs(j + 1) - 1; /* pair subtrees this pair completes */
-#pragma unroll
-        for (int b = 0; b < 3; b++) {
-            if (b < t) {
-                st_merge(stack[b], cur);
-                cur = stack[b];
-            }
-        }
-#pragma unroll
-        for (int b = 0; b < 4; b++)
-            if (b == t) stack[b] = cur;
-    }
-    const int top = __ffs(kk) - 2; /* log2(kk) - 1 */
-    stv res = stack[0];
-#pragma unroll
-    for (int b = 1; b < 4; b++)
-        if (b == top) res = stack[b];
-    return res;
-}
-
 __device__ stv subtree_rt(const launch_params &P, const row_table *rt, long long r0, long long sg, long long kk,
                           int q) {
-#if KVC_CUDA_SUBTREE == 2
-    if (kk == 1) return subtree<1>(P, rt, r0, sg, q);
-    return subtree_pairs(P, rt, r0, sg, (int)kk, q);
-#else
     switch (kk) {
     case 1: return subtree<1>(P, rt, r0, sg, q);
     case 2: return subtree<2>(P, rt, r0, sg, q);
@@ -290,7 +245,6 @@ __device__ stv subtree_rt(const launch_params &P, const row_table *rt, long long
     case 8: return subtree<8>(P, rt, r0, sg, q);
     default: return subtree<16>(P, rt, r0, sg, q); /* kk = csize / lanes <= MAX_CH */
     }
-#endif
 }
 
 __device__ void record_error(kvc_device_status *st, int check, long long o, long long value) {
