@@ -25,6 +25,8 @@
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kvc_canon.h"
@@ -60,13 +62,15 @@
 
 
 
-struct stv {
-    float m[DPT], d[DPT], n[DPT];
+/* One thread's state for N consecutive dims (the classic kernel: N = DPT). */
+template <int N> struct stn {
+    float m[N], d[N], n[N];
 };
+typedef stn<DPT> stv;
 
-__device__ __forceinline__ void st_merge(stv &a, const stv &b) {
+template <int N> __device__ __forceinline__ void st_merge(stn<N> &a, const stn<N> &b) {
 #pragma unroll
-    for (int j = 0; j < DPT; j++) kvc_merge(&a.m[j], &a.d[j], &a.n[j], b.m[j], b.d[j], b.n[j]);
+    for (int j = 0; j < N; j++) kvc_merge(&a.m[j], &a.d[j], &a.n[j], b.m[j], b.d[j], b.n[j]);
 }
 
 /* Per-launch constants (one struct, passed by value). */
@@ -83,6 +87,8 @@ struct launch_params {
     int uniform;                /* all chunks full, nchunk a power of 2 <= 8 L   */
     int vec;                    /* 8-byte loads allowed (alignment)              */
     int fast;                   /* vec and no overlap: straight-line full segments */
+    int uniform_ring;           /* nseg % ch == 0, nchunk a power of two <= 16    */
+    int diag_nocompute;         /* diagnostic only (KVC_CUDA_DIAG=nocompute): wrong bytes */
 };
 
 /* Row addresses of the CTA's chunk: element offsets of the row's value and
@@ -121,9 +127,10 @@ __device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long 
 }
 
 /* A segment's data for one thread: 8 rows x (value, score) x DPT dims. */
-struct seg_data {
-    float v[KVC_SEG][DPT], s[KVC_SEG][DPT];
+template <int N> struct segd {
+    float v[KVC_SEG][N], s[KVC_SEG][N];
 };
+typedef segd<DPT> seg_data;
 
 /* Issue the loads of local rows [lr, lr + n) (no use of the data yet). */
 __device__ __forceinline__ void seg_load(const launch_params &P, const row_table *rt, int lr, int n, int q,
@@ -161,10 +168,10 @@ __device__ __forceinline__ void seg_load(const launch_params &P, const row_table
 }
 
 /* The canonical segment reduction of loaded data (n rows). */
-__device__ __forceinline__ stv seg_compute(const seg_data &x, int n) {
-    stv st;
+template <int N> __device__ __forceinline__ stn<N> seg_compute(const segd<N> &x, int n) {
+    stn<N> st;
 #pragma unroll
-    for (int j = 0; j < DPT; j++) {
+    for (int j = 0; j < N; j++) {
         st.m[j] = x.s[0][j];
         st.d[j] = 0.0f;
         st.n[j] = 0.0f;
@@ -173,14 +180,14 @@ __device__ __forceinline__ stv seg_compute(const seg_data &x, int n) {
     for (int i = 1; i < KVC_SEG; i++)
         if (i < n)
 #pragma unroll
-            for (int j = 0; j < DPT; j++) st.m[j] = kvc_max(st.m[j], x.s[i][j]);
+            for (int j = 0; j < N; j++) st.m[j] = kvc_max(st.m[j], x.s[i][j]);
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++)
         if (i < n)
 #pragma unroll
-            for (int j = 0; j < DPT; j++) kvc_seg_step(st.m[j], x.s[i][j], x.v[i][j], &st.d[j], &st.n[j]);
+            for (int j = 0; j < N; j++) kvc_seg_step(st.m[j], x.s[i][j], x.v[i][j], &st.d[j], &st.n[j]);
 #pragma unroll
-    for (int j = 0; j < DPT; j++) kvc_seg_close(st.m[j], &st.d[j], &st.n[j]);
+    for (int j = 0; j < N; j++) kvc_seg_close(st.m[j], &st.d[j], &st.n[j]);
     return st;
 }
 
@@ -257,14 +264,56 @@ __device__ void record_error(kvc_device_status *st, int check, long long o, long
 
 __device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull); }
 
+/* OR of a flag over threads 0..127 (named barrier 1); flag: 4 floats of
+ * shared scratch, used as one int.  Every one of the 128 threads must call. */
+__device__ __forceinline__ int __syncthreads_or_128(int v, float *flag) {
+    int *f = reinterpret_cast<int *>(flag);
+    if (threadIdx.x == 0) *f = 0;
+    asm volatile("bar.sync 1, 128;");
+    if (v) *f = 1;
+    asm volatile("bar.sync 1, 128;");
+    const int r = *f;
+    asm volatile("bar.sync 1, 128;"); /* everyone read before the next reset */
+    return r;
+}
+
+/* The finaliser's per-thread inputs that come from global memory: thread q's
+ * 4 RMS weights and (q >= 112) the cos/sin of its 2 RoPE pairs.  Loaded
+ * ahead of time by the ring kernel (so the loads' latency is hidden). */
+struct fin_in {
+    float w[4];
+    float cs[4]; /* cos0, sin0, cos1, sin1 */
+};
+
+__device__ __forceinline__ void fin_load_weights(const launch_params &P, int q, fin_in &f) {
+    if (q >= 128) return;
+#pragma unroll
+    for (int j = 0; j < 4; j++) f.w[j] = kvc_bf16_to_f32(P.a.rms_norm_weight[4 * q + j]);
+}
+
+__device__ __forceinline__ void fin_load_cos_sin(const launch_params &P, long long pc, int q, fin_in &f) {
+    if (q < 112 || q >= 128) return;
+    const float *cs = P.a.cos_sin_cache + pc * P.a.cos_sin_stride;
+    const int il = P.a.cos_sin_layout == KVC_COS_SIN_INTERLEAVED;
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        const int jj = 2 * (q - 112) + t;
+        f.cs[2 * t] = il ? cs[2 * jj] : cs[jj];
+        f.cs[2 * t + 1] = il ? cs[2 * jj + 1] : cs[32 + jj];
+    }
+}
+
 /*
  * Finalise one output from c[512]: called by threads 0..127 together (named
  * barrier 1), thread q holding dims 4q..4q+3.  RMS sum in the canonical
  * pairwise tree (4 leaves per thread, then warp shuffles: a + b == b + a, so
  * the shuffle order does not matter, then the 4 warp sums), NOPE groups of 16
  * threads (q < 112), RoPE pairs on q >= 112.  red: 4 floats of shared memory.
+ * @return (thread 0) 1 when the output went to the non-finite slot.  The
+ * caller counts it in the status word.
  */
-__device__ void finalize(const launch_params &P, const kvc_out_info &inf, const float c[4], int q, float *red) {
+__device__ int finalize(const launch_params &P, long long slot, const float c[4], int q, float *red,
+                        const fin_in &f) {
     const kvc_args &a = P.a;
     int bad = 0;
     float sq[4];
@@ -283,12 +332,12 @@ __device__ void finalize(const launch_params &P, const kvc_out_info &inf, const 
     float y[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        y[j] = kvc_rms_apply(c[j], rr, kvc_bf16_to_f32(a.rms_norm_weight[4 * q + j]));
+        y[j] = kvc_rms_apply(c[j], rr, f.w[j]);
         bad |= kvc_nonfinite(y[j]);
     }
     const int fp8 = a.nope_format == KVC_NOPE_FP8_E4M3;
     int64_t po, so;
-    kvc_slot_offsets(&a, inf.slot, &po, &so);
+    kvc_slot_offsets(&a, slot, &po, &so);
     uint8_t *payload = a.kv_cache + po;
     uint8_t *scales = a.kv_cache + so;
     uint8_t out[8];
@@ -311,15 +360,10 @@ __device__ void finalize(const launch_params &P, const kvc_out_info &inf, const 
         for (int j = 0; j < 4; j++) out[j] = kvc_nope_code(z[j], e, fp8);
         nout = 4;
     } else { /* RoPE: 2 pairs per thread */
-        const float *cs = a.cos_sin_cache + inf.pc * a.cos_sin_stride;
-        const int il = a.cos_sin_layout == KVC_COS_SIN_INTERLEAVED;
 #pragma unroll
         for (int t = 0; t < 2; t++) {
-            const int jj = 2 * (q - 112) + t;
-            float cj = il ? cs[2 * jj] : cs[jj];
-            float sj = il ? cs[2 * jj + 1] : cs[32 + jj];
             float uo, wo;
-            kvc_rope(y[2 * t], y[2 * t + 1], cj, sj, &uo, &wo);
+            kvc_rope(y[2 * t], y[2 * t + 1], f.cs[2 * t], f.cs[2 * t + 1], &uo, &wo);
             bad |= kvc_nonfinite(uo) | kvc_nonfinite(wo);
             kvc_u16 hu = kvc_bf16_bits(uo), hw = kvc_bf16_bits(wo);
             bad |= kvc_bf16_nonfinite(hu) | kvc_bf16_nonfinite(hw);
@@ -330,13 +374,8 @@ __device__ void finalize(const launch_params &P, const kvc_out_info &inf, const 
         }
         nout = 8;
     }
-    /* block-wide OR over the 128 threads of lane 0 */
-    __shared__ int any_bad;
-    if (q == 0) any_bad = 0;
-    asm volatile("bar.sync 1, 128;");
-    if (bad) any_bad = 1;
-    asm volatile("bar.sync 1, 128;");
-    bad = any_bad;
+    /* block-wide OR over the 128 finalising threads */
+    bad = __syncthreads_or_128(bad, red + 4);
     if (q < 112) {
         for (int j = 0; j < 4; j++) payload[4 * q + j] = bad ? 0 : out[j];
         if ((q & 15) == 0) scales[q >> 4] = bad ? 0xFF : (uint8_t)(e + 127);
@@ -344,40 +383,37 @@ __device__ void finalize(const launch_params &P, const kvc_out_info &inf, const 
         uint8_t *rp = payload + 448 + 8 * (q - 112);
         for (int j = 0; j < nout; j++) rp[j] = bad ? (uint8_t)((j & 1) ? 0x7F : 0xC0) : out[j];
     }
-    if (q == 0) {
-        scales[7] = 0;
-        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_written), 1ull);
-        if (bad) atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), 1ull);
-    }
+    if (q == 0) scales[7] = 0;
+    return bad;
 }
 
 /* Thread state <-> a [3][512] float array (shared or global). */
-__device__ __forceinline__ void st_store(const stv &st, float *dst, int q) {
+template <int N> __device__ __forceinline__ void st_store(const stn<N> &st, float *dst, int q) {
 #pragma unroll
-    for (int j = 0; j < DPT; j++) {
-        dst[DPT * q + j] = st.m[j];
-        dst[512 + DPT * q + j] = st.d[j];
-        dst[1024 + DPT * q + j] = st.n[j];
+    for (int j = 0; j < N; j++) {
+        dst[N * q + j] = st.m[j];
+        dst[512 + N * q + j] = st.d[j];
+        dst[1024 + N * q + j] = st.n[j];
     }
 }
-__device__ __forceinline__ stv st_load(const float *src, int q) {
-    stv st;
+template <int N> __device__ __forceinline__ stn<N> st_load(const float *src, int q) {
+    stn<N> st;
 #pragma unroll
-    for (int j = 0; j < DPT; j++) {
-        st.m[j] = __ldcg(src + DPT * q + j);
-        st.d[j] = __ldcg(src + 512 + DPT * q + j);
-        st.n[j] = __ldcg(src + 1024 + DPT * q + j);
+    for (int j = 0; j < N; j++) {
+        st.m[j] = __ldcg(src + N * q + j);
+        st.d[j] = __ldcg(src + 512 + N * q + j);
+        st.n[j] = __ldcg(src + 1024 + N * q + j);
     }
     return st;
 }
 
 /* Merge n consecutive chunk states (a complete subtree, n a power of two
  * <= 8): all loads are issued first, then the tree is merged in registers. */
-__device__ stv merge_chunks_tree(const float *base, long long k0, int n, int q) {
-    stv acc[8];
+template <int N> __device__ stn<N> merge_chunks_tree(const float *base, long long k0, int n, int q) {
+    stn<N> acc[8];
 #pragma unroll
     for (int k = 0; k < 8; k++)
-        if (k < n) acc[k] = st_load(base + (k0 + k) * (3 * 512), q);
+        if (k < n) acc[k] = st_load<N>(base + (k0 + k) * (3 * 512), q);
 #pragma unroll
     for (int w = 1; w < 8; w *= 2)
 #pragma unroll
@@ -414,7 +450,14 @@ __device__ void finish(const launch_params &P, const kvc_out_info &inf, const st
     float c[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) c[j] = smem[4 * q + j];
-    finalize(P, inf, c, q, smem + 512);
+    fin_in f;
+    fin_load_weights(P, q, f);
+    fin_load_cos_sin(P, inf.pc, q, f);
+    const int bad = finalize(P, inf.slot, c, q, smem + 512, f);
+    if (q == 0) {
+        count(&P.status->outputs_written);
+        if (bad) count(&P.status->outputs_nonfinite);
+    }
 }
 
 __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(const launch_params P) {
@@ -483,7 +526,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
         /* all chunks full and a power-of-two count: lanes merge complete subtrees */
         const int la = P.nchunk < P.lanes ? (int)P.nchunk : P.lanes;
         const int per = (int)(P.nchunk / la);
-        if (lane < la) st = merge_chunks_tree(base, lane * per, per, q);
+        if (lane < la) st = merge_chunks_tree<DPT>(base, lane * per, per, q);
         merge_lanes(st, lane, la, q, smem);
     } else if (lane == 0) {
         /* general: canonical binary counter over chunk sizes */
@@ -494,7 +537,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
             int64_t s0, sz;
             kvc_chunk_of(P.nseg, P.ch, k, &s0, &sz);
             top++;
-            stack[top] = st_load(base + k * (3 * 512), q);
+            stack[top] = st_load<DPT>(base + k * (3 * 512), q);
             sizes[top] = sz;
             while (top >= 1 && sizes[top - 1] == sizes[top]) {
                 st_merge(stack[top - 1], stack[top]);
@@ -508,6 +551,8 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     if (lane != 0) return;
     finish(P, inf, st, q, smem);
 }
+
+#include "ring_kernel.cuh"
 
 /* ---- host side --------------------------------------------------------- */
 
@@ -541,6 +586,98 @@ static long long pow2_floor(long long x) {
     long long p = 1;
     while (p * 2 <= x) p *= 2;
     return p;
+}
+
+/* Kernel choice (diagnostics and benchmarks; bench/NOTES.md):
+ * KVC_CUDA_KERNEL=classic|ring (default classic; ring needs 16-byte
+ * aligned rows), KVC_CUDA_NST=2|3|4 ring stages (default 3), KVC_CUDA_RDIM=1|2
+ * dims per ring thread (default 1), KVC_CUDA_DEBUG prints the launch.
+ * Read once. */
+static int g_kernel_ring = 0, g_nst = 3, g_rdim = 1, g_debug = 0, g_diag = 0;
+static pthread_once_t g_knobs_once = PTHREAD_ONCE_INIT;
+static void read_knobs(void) {
+    const char *k = getenv("KVC_CUDA_KERNEL");
+    if (k && !strcmp(k, "ring")) g_kernel_ring = 1;
+    g_debug = getenv("KVC_CUDA_DEBUG") != NULL;
+    const char *dg = getenv("KVC_CUDA_DIAG"); /* measurement only: the bytes are wrong */
+    g_diag = dg && !strcmp(dg, "nocompute");
+    const char *n = getenv("KVC_CUDA_NST");
+    if (n && (n[0] == '2' || n[0] == '3' || n[0] == '4') && !n[1]) g_nst = n[0] - '0';
+    const char *r = getenv("KVC_CUDA_RDIM");
+    if (r && (r[0] == '1' || r[0] == '2') && !r[1]) g_rdim = r[0] - '0';
+}
+
+/* The ring kernel copies whole 16-byte pieces of state rows. */
+static int ring_ok(const kvc_args *a) {
+    pthread_once(&g_knobs_once, read_knobs);
+    return g_kernel_ring && (uintptr_t)a->state_cache % 16 == 0 && a->state_stride_block % 4 == 0 &&
+           a->state_stride_token % 4 == 0;
+}
+
+/* Per device: SM count and resident ring CTAs per SM (per variant), found once. */
+typedef struct {
+    int ready[5][3];
+    int sms, per_sm[5][3];
+} ring_dev;
+static ring_dev g_ring_dev[64];
+
+template <int NST, int N> static cudaError_t ring_setup(int dev, ring_dev *rd) {
+    if (rd->ready[NST][N]) return cudaSuccess;
+    cudaError_t err;
+    const int bytes = (int)ring_smem<NST>::total;
+    if ((err = cudaFuncSetAttribute(ring_kernel<NST, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) !=
+        cudaSuccess)
+        return err;
+    /* the whole unified L1/shared array as shared memory: 2 CTAs of ~110 KB */
+    if ((err = cudaFuncSetAttribute(ring_kernel<NST, N>, cudaFuncAttributePreferredSharedMemoryCarveout, 100)) !=
+        cudaSuccess)
+        return err;
+    if ((err = cudaDeviceGetAttribute(&rd->sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return err;
+    if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&rd->per_sm[NST][N], ring_kernel<NST, N>, 512 / N,
+                                                             bytes)) != cudaSuccess)
+        return err;
+    if (rd->per_sm[NST][N] < 1) rd->per_sm[NST][N] = 1;
+    rd->ready[NST][N] = 1;
+    return cudaSuccess;
+}
+
+template <int NST, int N> static kvc_status ring_launch_n(const launch_params *P, int dev, cudaStream_t stream) {
+    pthread_mutex_lock(&g_ws_lock);
+    ring_dev *rd = &g_ring_dev[dev];
+    cudaError_t err = ring_setup<NST, N>(dev, rd);
+    const long long resident = (long long)rd->sms * rd->per_sm[NST][N];
+    pthread_mutex_unlock(&g_ws_lock);
+    if (err != cudaSuccess) return cuda_fail(err, "ring kernel setup");
+    const long long items = P->a.num_outputs * P->nchunk;
+    /* enough CTAs to fill the GPU once, and enough that no CTA has more
+     * than RING_MAXK items or RING_MAXROWS rows */
+    const long long per_cta = RING_MAXROWS / (P->ch * KVC_SEG) < RING_MAXK ? RING_MAXROWS / (P->ch * KVC_SEG)
+                                                                            : RING_MAXK;
+    long long G = items < resident ? items : resident;
+    const long long need = (items + per_cta - 1) / per_cta;
+    if (G < need) G = need;
+    if (G > 0x7FFFFFFFLL) return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld thread blocks exceed the CUDA grid", G);
+    if (g_debug)
+        fprintf(stderr, "kvc cuda ring: NST=%d N=%d smem=%zu per_sm=%d sms=%d G=%lld items=%lld ch=%lld nchunk=%lld\n",
+                NST, N, (size_t)ring_smem<NST>::total, rd->per_sm[NST][N], rd->sms, G, items, (long long)P->ch,
+                (long long)P->nchunk);
+    ring_kernel<NST, N><<<(unsigned)G, 512 / N, ring_smem<NST>::total, stream>>>(*P);
+    if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
+    return KVC_OK;
+}
+
+static kvc_status launch_ring(launch_params *P, int dev, cudaStream_t stream) {
+    P->diag_nocompute = g_diag;
+    P->uniform_ring = P->nseg % P->ch == 0 && (P->nchunk & (P->nchunk - 1)) == 0 && P->nchunk <= 16;
+    const int v = g_nst * 10 + g_rdim;
+    switch (v) {
+    case 21: return ring_launch_n<2, 1>(P, dev, stream);
+    case 22: return ring_launch_n<2, 2>(P, dev, stream);
+    case 32: return ring_launch_n<3, 2>(P, dev, stream);
+    case 41: return ring_launch_n<4, 1>(P, dev, stream);
+    case 42: return ring_launch_n<4, 2>(P, dev, stream);
+    default: return ring_launch_n<3, 1>(P, dev, stream);
+    }
 }
 
 extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
@@ -615,6 +752,7 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
                     cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
+    if (ring_ok(a)) return launch_ring(&P, dev, stream);
     long long blocks = nout * P.nchunk;
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs * chunks = %lld exceeds the CUDA grid", blocks);
