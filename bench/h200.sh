@@ -2,13 +2,15 @@
 # Device-run driver (the H200 session machine): runs named steps with the
 # binaries of devbin/ (built here, carried there) and writes every result
 # under $OUT.  Usage: bench/h200.sh step [step ...]
-#   golden    golden + semantics suites on CUDA (ring and classic kernels), verify
+#   golden    golden + semantics suites on CUDA, verify
+#   probe     bench/probe/read_probe (plain reads at the case sizes, both flushes)
+#   variants  headline contiguous for ring variants (VARIANTS="ENV=VALUE ...") and classic
 #   bench     kvcompress bench, headline, both layouts (default kernel)
-#   variants  headline contiguous for KVC_CUDA_NST=2,3,4 and the classic kernel
 #   engine    the engine case set
 #   opencl    OpenCL golden + semantics + headline bench (NVIDIA's driver)
 #   sanitize  compute-sanitizer memcheck/racecheck/initcheck on golden + errors
-#   ncu       stall breakdown of the ring kernel on two cases
+#   ncu       stall breakdown of the kernel on two cases
+#   sass      instruction mix of the kernels (cuobjdump)
 #   pytest    the Python suite with torch on the GPU
 set -u
 D=$PWD/devbin
@@ -22,30 +24,27 @@ for s in "$@"; do
   case $s in
   golden)
     step golden
-    for k in classic ring; do
+    for k in ring classic; do
       echo "-- kernel $k"
       KVC_CUDA_KERNEL=$k $D/test_golden $G backend=cuda 2>&1 | tail -2
       KVC_CUDA_KERNEL=$k $D/test_semantics backend=cuda 2>&1 | tail -4
     done
     $D/kvc verify --backend cuda --golden $G --random 60 2>&1 | tail -3 ;;
+  probe)
+    step probe
+    $D/read_probe | tee $OUT/read-probe.txt ;;
   bench)
     step bench
     $D/kvc bench --backend cuda --json $OUT/cuda-headline.json > $OUT/cuda-headline.txt 2>&1; tail -3 $OUT/cuda-headline.txt ;;
   variants)
     step variants
-    for v in ${VARIANTS:-2,1 4,1 3,2 2,2}; do
-      KVC_CUDA_NST=${v%,*} KVC_CUDA_RDIM=${v#*,} $D/kvc bench --backend cuda --layout contig > $OUT/cuda-nst${v%,*}-rdim${v#*,}.txt 2>&1
+    for v in ${VARIANTS:-"KVC_CUDA_L2HINT=1" "KVC_CUDA_L2HINT=0"}; do
+      env $v $D/kvc bench --backend cuda --layout contig > "$OUT/cuda-$v.txt" 2>&1
     done
     KVC_CUDA_KERNEL=classic $D/kvc bench --backend cuda --layout contig > $OUT/cuda-classic.txt 2>&1 ;;
-  diag)
-    step diag
-    for v in ${VARIANTS:-3,1 3,2}; do
-      KVC_CUDA_DIAG=nocompute KVC_CUDA_NST=${v%,*} KVC_CUDA_RDIM=${v#*,} $D/kvc bench --backend cuda --layout contig > $OUT/diag-nocompute-nst${v%,*}-rdim${v#*,}.txt 2>&1
-    done ;;
   engine)
     step engine
-    $D/kvc bench --backend cuda --cases engine --json $OUT/engine.json > $OUT/engine.txt 2>&1; cat $OUT/engine.txt
-    KVC_CUDA_KERNEL=classic $D/kvc bench --backend cuda --cases engine > $OUT/engine-classic.txt 2>&1; cat $OUT/engine-classic.txt ;;
+    $D/kvc bench --backend cuda --cases engine --json $OUT/engine.json > $OUT/engine.txt 2>&1; cat $OUT/engine.txt ;;
   opencl)
     step opencl
     $D/test_golden $G backend=opencl 2>&1 | tail -2
@@ -53,16 +52,16 @@ for s in "$@"; do
     $D/kvc bench --backend opencl --json $OUT/opencl-headline.json > $OUT/opencl-headline.txt 2>&1; tail -3 $OUT/opencl-headline.txt ;;
   sanitize)
     step sanitize
-    for t in memcheck racecheck initcheck; do
-      compute-sanitizer --tool $t --error-exitcode 9 $D/test_golden $G dirs=main,edge,engine backend=cuda > $OUT/san-$t-golden.txt 2>&1
+    for t in ${TOOLS:-memcheck racecheck initcheck}; do
+      timeout 200 compute-sanitizer --tool $t --error-exitcode 9 $D/test_golden $G dirs=main,edge,engine backend=cuda > $OUT/san-$t-golden.txt 2>&1
       echo "$t golden rc=$?"; tail -2 $OUT/san-$t-golden.txt
-      compute-sanitizer --tool $t --error-exitcode 9 $D/test_semantics backend=cuda > $OUT/san-$t-semantics.txt 2>&1
+      timeout 120 compute-sanitizer --tool $t --error-exitcode 9 $D/test_semantics backend=cuda > $OUT/san-$t-semantics.txt 2>&1
       echo "$t semantics rc=$?"; tail -2 $OUT/san-$t-semantics.txt
     done ;;
   ncu)
     step ncu
     for c in reqs=8,tokens=131072,C=128,block=8 reqs=1,tokens=8192,C=512,block=8; do
-      KVC_NCU_KERNEL=ring_kernel bench/ncu_stalls.sh $D/kvc $c > $OUT/ncu-$c.txt 2>&1; tail -30 $OUT/ncu-$c.txt
+      bench/ncu_stalls.sh $D/kvc $c > $OUT/ncu-$c.txt 2>&1; tail -30 $OUT/ncu-$c.txt
     done ;;
   sass)
     step sass
@@ -77,9 +76,6 @@ for fn in re.findall(r"Function : (\S+)", txt):
     print(fn, sum(ops.values()), "instructions:", ", ".join(f"{k} {v}" for k, v in ops.most_common(14)))
 PY
     ;;
-  debug)
-    step debug
-    KVC_CUDA_DEBUG=1 $D/kvc bench --backend cuda --layout contig --repeat 1 2>&1 | grep "kvc cuda" | sort -u ;;
   pytest)
     step pytest
     KVCOMPRESS_LIB=$D/libkvcompress.so PYTHONPATH=$PWD/python python3 -m pytest -q -p no:cacheprovider tests/python > $OUT/pytest.txt 2>&1; tail -3 $OUT/pytest.txt ;;

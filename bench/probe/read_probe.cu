@@ -29,6 +29,114 @@ __global__ void rd4(const float4 *p, size_t n, float *sink) {
     if (acc == 1234.5f) *sink = acc;
 }
 
+// The benchmark's access pattern without arithmetic: CTA b reads its own
+// window of R rows of 4 KiB (rows [b*R, b*R+R)), 8 rows (a segment) per
+// step, each thread one 8-byte (T=512) or 16-byte (T=256) piece per row.
+template <int T>
+__global__ void win(const float *p, long long R, float *sink) {
+    const char *base = (const char *)p + (size_t)blockIdx.x * R * 4096;
+    float acc = 0.f;
+    for (long long r = 0; r < R; r += 8) {
+        float v[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const char *row = base + (r + i) * 4096;
+            if (T == 512) { float2 x = __ldcs((const float2 *)row + threadIdx.x); v[i] = x.x + x.y; }
+            else { float4 x = __ldcs((const float4 *)row + threadIdx.x); v[i] = x.x + x.w; }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc += v[i];
+    }
+    if (acc == 1234.5f) *sink = acc;
+}
+// Same, 16 rows per step (more loads in flight per thread).
+template <int T>
+__global__ void win16(const float *p, long long R, float *sink) {
+    const char *base = (const char *)p + (size_t)blockIdx.x * R * 4096;
+    float acc = 0.f;
+    for (long long r = 0; r < R; r += 16) {
+        float v[16];
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const char *row = base + (r + i) * 4096;
+            if (T == 512) { float2 x = __ldcs((const float2 *)row + threadIdx.x); v[i] = x.x + x.y; }
+            else { float4 x = __ldcs((const float4 *)row + threadIdx.x); v[i] = x.x + x.w; }
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) acc += v[i];
+    }
+    if (acc == 1234.5f) *sink = acc;
+}
+
+// TMA ring: NST stages of 8 rows (32 KiB) in shared memory, thread 0 issues
+// one 4 KiB cp.async.bulk per row into stage (g + NST - 1) % NST, every thread
+// waits on the stage's mbarrier, touches its 8 bytes of each row, then a
+// __syncthreads frees the stage.  No arithmetic to speak of.
+__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+template <int NST, int T, bool HINT = false>
+__global__ void tma_ring(const float *p, long long R, float *sink) {
+    extern __shared__ __align__(128) unsigned char sm[];
+    float *st = (float *)sm;
+    unsigned long long *bar = (unsigned long long *)(sm + NST * 32768);
+    const char *base = (const char *)p + (size_t)blockIdx.x * R * 4096;
+    const int S = (int)(R / 8);
+    if (threadIdx.x == 0)
+        for (int s = 0; s < NST; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar + s)));
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    auto issue = [&](int g) {
+        if (threadIdx.x != 0 || g >= S) return;
+        const int s = g % NST;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar + s)), "r"(32768) : "memory");
+        unsigned long long pol;
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+        for (int i = 0; i < 8; i++) {
+            if (HINT)
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], 4096, [%2], %3;"
+                             ::"r"(smem_u32(st + s * 8192 + i * 1024)), "l"(base + ((size_t)g * 8 + i) * 4096),
+                             "r"(smem_u32(bar + s)), "l"(pol) : "memory");
+            else
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 4096, [%2];"
+                             ::"r"(smem_u32(st + s * 8192 + i * 1024)), "l"(base + ((size_t)g * 8 + i) * 4096),
+                             "r"(smem_u32(bar + s)) : "memory");
+        }
+    };
+    for (int g = 0; g < NST - 1; g++) issue(g);
+    float acc = 0.f;
+    for (int g = 0; g < S; g++) {
+        const int s = g % NST;
+        const unsigned ph = (unsigned)(g / NST) & 1u;
+        asm volatile("{\n .reg .pred P1;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n @!P1 bra WAIT_%=;\n}"
+                     ::"r"(smem_u32(bar + s)), "r"(ph) : "memory");
+        const float *sd = st + s * 8192;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            if (T == 512) { float2 x = ((const float2 *)(sd + i * 1024))[threadIdx.x]; acc += x.x + x.y; }
+            else { float4 x = ((const float4 *)(sd + i * 1024))[threadIdx.x]; acc += x.x + x.w; }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        issue(g + NST - 1);
+    }
+    if (acc == 1234.5f) *sink = acc;
+}
+
+template <class F> static double time_us(F launch, void *f, size_t fl, cudaEvent_t e0, cudaEvent_t e1) {
+    std::vector<float> t;
+    for (int i = -3; i < 50; i++) {
+        cudaMemsetAsync(f, i & 0xFF, fl);
+        cudaEventRecord(e0);
+        launch();
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i >= 0) t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2] * 1e3;
+}
+
 int main() {
     int sms = 132, l2 = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -66,5 +174,17 @@ int main() {
                 double us = t[t.size() / 2] * 1e3;
                 printf("%10zu %8s %8s %12.1f %12.1f\n", b >> 20, k ? "rd4" : "rd", how ? "read" : "write", us, b / us / 1e3);
             }
+    printf("\nTMA ring, NST 3, 256 threads, R 128, SPEC (write) flush: L2 hint none vs evict_first\n");
+    cudaFuncSetAttribute(tma_ring<3, 256, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 32768 + 64);
+    cudaFuncSetAttribute(tma_ring<3, 256, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 32768 + 64);
+    for (long long rows : {131072LL, 32768LL, 8192LL}) {
+        const long long R = rows >= 32768 ? 128 : 32;
+        const unsigned g = (unsigned)(rows / R);
+        double a = time_us([&] { tma_ring<3, 256, false><<<g, 256, 3 * 32768 + 64>>>((const float *)p, R, sink); }, f, fl, e0, e1);
+        double b = time_us([&] { tma_ring<3, 256, true><<<g, 256, 3 * 32768 + 64>>>((const float *)p, R, sink); }, f, fl, e0, e1);
+        printf("rows %6lld R %4lld: no hint %7.1f us %6.0f GB/s | evict_first %7.1f us %6.0f GB/s\n", rows, R, a,
+               rows * 4096.0 / a / 1e3, b, rows * 4096.0 / b / 1e3);
+    }
+    printf("last error: %s\n", cudaGetErrorString(cudaGetLastError()));
     return 0;
 }

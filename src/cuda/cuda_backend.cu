@@ -88,7 +88,7 @@ struct launch_params {
     int vec;                    /* 8-byte loads allowed (alignment)              */
     int fast;                   /* vec and no overlap: straight-line full segments */
     int uniform_ring;           /* nseg % ch == 0, nchunk a power of two <= 16    */
-    int diag_nocompute;         /* diagnostic only (KVC_CUDA_DIAG=nocompute): wrong bytes */
+    int l2hint;                 /* ring: TMA reads with an L2 evict_first policy  */
 };
 
 /* Row addresses of the CTA's chunk: element offsets of the row's value and
@@ -278,8 +278,8 @@ __device__ __forceinline__ int __syncthreads_or_128(int v, float *flag) {
 }
 
 /* The finaliser's per-thread inputs that come from global memory: thread q's
- * 4 RMS weights and (q >= 112) the cos/sin of its 2 RoPE pairs.  Loaded
- * ahead of time by the ring kernel (so the loads' latency is hidden). */
+ * 4 RMS weights and (q >= 112) the cos/sin of its 2 RoPE pairs, loaded by
+ * the caller (so that a caller may load them early). */
 struct fin_in {
     float w[4];
     float cs[4]; /* cos0, sin0, cos1, sin1 */
@@ -589,63 +589,74 @@ static long long pow2_floor(long long x) {
 }
 
 /* Kernel choice (diagnostics and benchmarks; bench/NOTES.md):
- * KVC_CUDA_KERNEL=classic|ring (default classic; ring needs 16-byte
- * aligned rows), KVC_CUDA_NST=2|3|4 ring stages (default 3), KVC_CUDA_RDIM=1|2
- * dims per ring thread (default 1), KVC_CUDA_DEBUG prints the launch.
+ * KVC_CUDA_KERNEL=classic|ring (default classic; ring where it can run: sm_90+ and
+ * 16-byte aligned rows), KVC_CUDA_NST=2|3 ring stages (default 3),
+ * KVC_CUDA_SYNC=bar|empty stage recycling (default bar: one __syncthreads per
+ * segment; empty: per-stage mbarriers), KVC_CUDA_L2HINT=0|1 L2 evict_first
+ * policy on the ring's TMA reads (default 1), KVC_CUDA_DEBUG prints the launch.
  * Read once. */
-static int g_kernel_ring = 0, g_nst = 3, g_rdim = 1, g_debug = 0, g_diag = 0;
+static int g_kernel_ring = 0, g_nst = 3, g_emptybar = 0, g_debug = 0, g_l2hint = 1;
 static pthread_once_t g_knobs_once = PTHREAD_ONCE_INIT;
 static void read_knobs(void) {
     const char *k = getenv("KVC_CUDA_KERNEL");
     if (k && !strcmp(k, "ring")) g_kernel_ring = 1;
     g_debug = getenv("KVC_CUDA_DEBUG") != NULL;
-    const char *dg = getenv("KVC_CUDA_DIAG"); /* measurement only: the bytes are wrong */
-    g_diag = dg && !strcmp(dg, "nocompute");
     const char *n = getenv("KVC_CUDA_NST");
-    if (n && (n[0] == '2' || n[0] == '3' || n[0] == '4') && !n[1]) g_nst = n[0] - '0';
-    const char *r = getenv("KVC_CUDA_RDIM");
-    if (r && (r[0] == '1' || r[0] == '2') && !r[1]) g_rdim = r[0] - '0';
+    if (n && (n[0] == '2' || n[0] == '3') && !n[1]) g_nst = n[0] - '0';
+    const char *r = getenv("KVC_CUDA_SYNC");
+    g_emptybar = r && !strcmp(r, "empty");
+    const char *h = getenv("KVC_CUDA_L2HINT");
+    if (h && h[0] == '0') g_l2hint = 0;
 }
 
-/* The ring kernel copies whole 16-byte pieces of state rows. */
-static int ring_ok(const kvc_args *a) {
+/* The ring kernel copies rows with TMA (sm_90+), which needs 16-byte
+ * aligned addresses. */
+static int g_cc_major[64];
+static int ring_ok(const kvc_args *a, int dev) {
     pthread_once(&g_knobs_once, read_knobs);
-    return g_kernel_ring && (uintptr_t)a->state_cache % 16 == 0 && a->state_stride_block % 4 == 0 &&
-           a->state_stride_token % 4 == 0;
+    if (!g_kernel_ring || (uintptr_t)a->state_cache % 16 != 0 || a->state_stride_block % 4 != 0 ||
+        a->state_stride_token % 4 != 0)
+        return 0;
+    if (!g_cc_major[dev] && cudaDeviceGetAttribute(&g_cc_major[dev], cudaDevAttrComputeCapabilityMajor, dev) !=
+                                cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return g_cc_major[dev] >= 9;
 }
 
 /* Per device: SM count and resident ring CTAs per SM (per variant), found once. */
 typedef struct {
-    int ready[5][3];
-    int sms, per_sm[5][3];
+    int ready[5][5];
+    int sms, per_sm[5][5];
 } ring_dev;
 static ring_dev g_ring_dev[64];
 
-template <int NST, int N> static cudaError_t ring_setup(int dev, ring_dev *rd) {
-    if (rd->ready[NST][N]) return cudaSuccess;
+template <int NST, int N, bool EB> static cudaError_t ring_setup(int dev, ring_dev *rd) {
+    if (rd->ready[NST][N + 2 * EB]) return cudaSuccess;
     cudaError_t err;
     const int bytes = (int)ring_smem<NST>::total;
-    if ((err = cudaFuncSetAttribute(ring_kernel<NST, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) !=
+    if ((err = cudaFuncSetAttribute(ring_kernel<NST, N, EB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) !=
         cudaSuccess)
         return err;
     /* the whole unified L1/shared array as shared memory: 2 CTAs of ~110 KB */
-    if ((err = cudaFuncSetAttribute(ring_kernel<NST, N>, cudaFuncAttributePreferredSharedMemoryCarveout, 100)) !=
+    if ((err = cudaFuncSetAttribute(ring_kernel<NST, N, EB>, cudaFuncAttributePreferredSharedMemoryCarveout, 100)) !=
         cudaSuccess)
         return err;
     if ((err = cudaDeviceGetAttribute(&rd->sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return err;
-    if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&rd->per_sm[NST][N], ring_kernel<NST, N>, 512 / N,
+    if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&rd->per_sm[NST][N + 2 * EB], ring_kernel<NST, N, EB>, 512 / N,
                                                              bytes)) != cudaSuccess)
         return err;
-    if (rd->per_sm[NST][N] < 1) rd->per_sm[NST][N] = 1;
-    rd->ready[NST][N] = 1;
+    if (rd->per_sm[NST][N + 2 * EB] < 1) rd->per_sm[NST][N + 2 * EB] = 1;
+    rd->ready[NST][N + 2 * EB] = 1;
     return cudaSuccess;
 }
 
-template <int NST, int N> static kvc_status ring_launch_n(const launch_params *P, int dev, cudaStream_t stream) {
+template <int NST, int N, bool EB> static kvc_status ring_launch_n(const launch_params *P, int dev, cudaStream_t stream) {
     pthread_mutex_lock(&g_ws_lock);
     ring_dev *rd = &g_ring_dev[dev];
-    cudaError_t err = ring_setup<NST, N>(dev, rd);
-    const long long resident = (long long)rd->sms * rd->per_sm[NST][N];
+    cudaError_t err = ring_setup<NST, N, EB>(dev, rd);
+    const long long resident = (long long)rd->sms * rd->per_sm[NST][N + 2 * EB];
     pthread_mutex_unlock(&g_ws_lock);
     if (err != cudaSuccess) return cuda_fail(err, "ring kernel setup");
     const long long items = P->a.num_outputs * P->nchunk;
@@ -659,25 +670,18 @@ template <int NST, int N> static kvc_status ring_launch_n(const launch_params *P
     if (G > 0x7FFFFFFFLL) return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld thread blocks exceed the CUDA grid", G);
     if (g_debug)
         fprintf(stderr, "kvc cuda ring: NST=%d N=%d smem=%zu per_sm=%d sms=%d G=%lld items=%lld ch=%lld nchunk=%lld\n",
-                NST, N, (size_t)ring_smem<NST>::total, rd->per_sm[NST][N], rd->sms, G, items, (long long)P->ch,
+                NST, N, (size_t)ring_smem<NST>::total, rd->per_sm[NST][N + 2 * EB], rd->sms, G, items, (long long)P->ch,
                 (long long)P->nchunk);
-    ring_kernel<NST, N><<<(unsigned)G, 512 / N, ring_smem<NST>::total, stream>>>(*P);
+    ring_kernel<NST, N, EB><<<(unsigned)G, 512 / N, ring_smem<NST>::total, stream>>>(*P);
     if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
     return KVC_OK;
 }
 
 static kvc_status launch_ring(launch_params *P, int dev, cudaStream_t stream) {
-    P->diag_nocompute = g_diag;
+    P->l2hint = g_l2hint;
     P->uniform_ring = P->nseg % P->ch == 0 && (P->nchunk & (P->nchunk - 1)) == 0 && P->nchunk <= 16;
-    const int v = g_nst * 10 + g_rdim;
-    switch (v) {
-    case 21: return ring_launch_n<2, 1>(P, dev, stream);
-    case 22: return ring_launch_n<2, 2>(P, dev, stream);
-    case 32: return ring_launch_n<3, 2>(P, dev, stream);
-    case 41: return ring_launch_n<4, 1>(P, dev, stream);
-    case 42: return ring_launch_n<4, 2>(P, dev, stream);
-    default: return ring_launch_n<3, 1>(P, dev, stream);
-    }
+    if (g_nst == 2) return g_emptybar ? ring_launch_n<2, 2, true>(P, dev, stream) : ring_launch_n<2, 2, false>(P, dev, stream);
+    return g_emptybar ? ring_launch_n<3, 2, true>(P, dev, stream) : ring_launch_n<3, 2, false>(P, dev, stream);
 }
 
 extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
@@ -752,7 +756,7 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
                     cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
-    if (ring_ok(a)) return launch_ring(&P, dev, stream);
+    if (ring_ok(a, dev)) return launch_ring(&P, dev, stream);
     long long blocks = nout * P.nchunk;
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs * chunks = %lld exceeds the CUDA grid", blocks);

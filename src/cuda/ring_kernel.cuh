@@ -5,9 +5,13 @@
  *
  * Why a ring: the classic kernel (v10) held the loads of a segment in
  * registers and was latency-bound at ~66% of read bandwidth (bench/NOTES.md).
- * Here the window rows travel by cp.async (16-byte LDGSTS, no registers) into
- * an NST-stage ring of shared memory, so NST-1 segments are always in flight
- * while the CTA computes the current one from shared memory.
+ * Here the window rows travel by TMA bulk copies (cp.async.bulk, one per
+ * 4 KiB row or 2 KiB half, sm_90) into an NST-stage ring of shared memory,
+ * completing on one mbarrier per stage, so NST-1 segments are in flight while
+ * the CTA computes the current one from shared memory.  (A first version
+ * copied with per-thread 16-byte cp.async and was slower than the classic
+ * kernel even with no arithmetic at all; a TMA ring with no arithmetic reads
+ * at 4.1 TB/s: bench/probe/read_probe.cu.)
  *
  * Decomposition: the work items are the (output, chunk) pairs of the classic
  * kernel (kvc_chunk_of); CTA b of a grid of G handles items b, b+G, b+2G, ...
@@ -23,8 +27,8 @@
  *             partial last segment (value -0, score -Inf: adds exactly
  *             nothing to any state, see below).
  *   pipeline  segment g of the CTA is table rows 8g..8g+7, wherever item
- *             boundaries fall; warp w copies row w of a segment (4 KiB:
- *             values and scores, two 2 KiB halves).  Every thread computes
+ *             boundaries fall; warp 0 issues the copies of a segment (lane i
+ *             row i) and arms the stage's mbarrier.  Every thread computes
  *             its 2 dims of the segment from shared memory and adds the state
  *             to a binary counter of complete subtrees (levels), which for a
  *             power-of-two chunk ends with the chunk's canonical state.
@@ -73,21 +77,80 @@ template <int NST> struct ring_smem {
     static constexpr size_t items = table + RING_MAXROWS * sizeof(long long);   /* ring_item[MAXK]    */
     static constexpr size_t rowbase = items + RING_MAXK * sizeof(ring_item);    /* int[MAXK + 1]      */
     static constexpr size_t cbuf = rowbase + (RING_MAXK + 4) * sizeof(int);     /* float[512 + 8]     */
-    static constexpr size_t total = cbuf + (512 + 8) * sizeof(float);
+    static constexpr size_t bars = cbuf + (512 + 8) * sizeof(float);             /* u64[2 NST]: full, empty */
+    static constexpr size_t total = bars + 2 * NST * sizeof(unsigned long long);
 };
 
-__device__ __forceinline__ void cp_async16(float *dst, const float *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+/* sm_90 TMA and mbarrier primitives (the ring only runs on sm_90+; the host
+ * picks the classic kernel elsewhere, and this body traps if it is ever
+ * reached on an older device). */
+__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(unsigned long long *bar, unsigned count) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+__device__ __forceinline__ void mbar_arrive(unsigned long long *bar) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive_tx(unsigned long long *bar, unsigned bytes) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long *bar, unsigned parity) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("{\n\t.reg .pred p;\n"
+                 "KVC_WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+                 "@!p bra KVC_WAIT_%=;\n}" ::"r"(smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+#else
+    __trap();
+#endif
+}
+/* L2 policy for the state rows: read once, evict first (so they, not other
+ * lines, make room in L2). */
+__device__ __forceinline__ unsigned long long l2_evict_first() {
+    unsigned long long pol = 0;
+#if __CUDA_ARCH__ >= 900
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
+    return pol;
+}
+/* Copy bytes (a multiple of 16, both addresses 16-byte aligned) global ->
+ * shared, completing on bar. */
+__device__ __forceinline__ void tma_copy(float *dst, const float *src, unsigned bytes, unsigned long long *bar,
+                                         int hint, unsigned long long pol) {
+#if __CUDA_ARCH__ >= 900
+    if (hint)
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+                smem_addr(dst)),
+            "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(pol)
+            : "memory");
+    else
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                         smem_addr(dst)),
+                     "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                     : "memory");
+#endif
+}
+/* Order this thread's earlier generic accesses of shared memory before later
+ * async-proxy (TMA) writes to it. */
+__device__ __forceinline__ void fence_proxy_async() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
 }
 
 /* Merge all chunk states of an output (uniform: nchunk a power of two <= 16)
- * or, otherwise, with the canonical binary counter over the chunk sizes. */
-template <int N> __device__ stn<N> merge_all_chunks(const launch_params &P, const float *base, int q) {
+ * or, otherwise, with the canonical binary counter over the chunk sizes.
+ */
+template <int N> __device__ __noinline__ stn<N> merge_all_chunks(const launch_params &P, const float *base, int q) {
     if (P.uniform_ring) {
         if (P.nchunk <= 8) return merge_chunks_tree<N>(base, 0, (int)P.nchunk, q);
         stn<N> A = merge_chunks_tree<N>(base, 0, 8, q);
@@ -220,36 +283,48 @@ __device__ int ring_prologue(const launch_params &P, int K, ring_item *items, in
     return R;
 }
 
-/* Copy segment g (table rows 8g..8g+7) into its stage.  A row is 256
- * pieces of 16 bytes (128 of values, 128 of scores); TPR = THREADS / 8
- * threads copy a row, thread l of them pieces l, l + TPR, ... */
-template <int THREADS>
-__device__ __forceinline__ void ring_issue(const launch_params &P, const long long *table, float *stages, int g,
-                                           int T, int nst, long long sdelta) {
-    constexpr int TPR = THREADS / KVC_SEG, PPT = 256 / TPR, VPT = 128 / TPR; /* pieces: all, of values */
-    if (g < T) {
-        const int w = threadIdx.x / TPR, l = threadIdx.x % TPR;
-        float *dst = stages + (g % nst) * RING_STAGE_FLOATS + w * RING_ROW_FLOATS + 4 * l;
-        const long long off = table[g * KVC_SEG + w];
-        if (off >= 0) {
-            const float *sv = P.a.state_cache + off + 4 * l;
+/* Copy segment g (table rows 8g..8g+7) into its stage; warp 0 only.
+ * Lane i < 8 copies row i (one 4 KiB copy when the scores follow the values,
+ * else two 2 KiB copies); masked and padding rows are written by the whole
+ * warp with plain stores; lane 0 arms the stage's mbarrier with the bytes. */
+__device__ __forceinline__ void ring_issue(const launch_params &P, const long long *table, float *stages,
+                                           unsigned long long *bars, int g, int T, int nst, long long sdelta) {
+    if (g >= T) return;
+    const int l = threadIdx.x & 31;
+    float *stage = stages + (g % nst) * RING_STAGE_FLOATS;
+    unsigned long long *bar = bars + g % nst;
+    const long long off = l < KVC_SEG ? table[g * KVC_SEG + l] : 0;
+    unsigned bytes = l < KVC_SEG && off >= 0 ? 4096u : 0u;
+    /* neutral rows (rare): the warp fills them, 16 floats per lane */
+    unsigned neutral = __ballot_sync(0xffffffffu, l < KVC_SEG && off < 0);
+    while (neutral) {
+        const int i = __ffs(neutral) - 1;
+        neutral &= neutral - 1;
+        const long long oi = __shfl_sync(0xffffffffu, off, i);
+        const float v = oi == ROW_PAD ? -0.0f : 0.0f;
+        float *row = stage + i * RING_ROW_FLOATS;
 #pragma unroll
-            for (int k = 0; k < PPT; k++) {
-                if (k < VPT) cp_async16(dst + 4 * TPR * k, sv + 4 * TPR * k);
-                else cp_async16(dst + 512 + 4 * TPR * (k - VPT), sv + sdelta + 4 * TPR * (k - VPT));
-            }
-        } else {
-            const float v = off == ROW_PAD ? -0.0f : 0.0f;
-            const float4 vv = make_float4(v, v, v, v);
-            const float4 ni = make_float4(KVC_NEG_INF, KVC_NEG_INF, KVC_NEG_INF, KVC_NEG_INF);
-#pragma unroll
-            for (int k = 0; k < PPT; k++) {
-                if (k < VPT) *reinterpret_cast<float4 *>(dst + 4 * TPR * k) = vv;
-                else *reinterpret_cast<float4 *>(dst + 512 + 4 * TPR * (k - VPT)) = ni;
-            }
+        for (int k = 0; k < 4; k++) {
+            *reinterpret_cast<float4 *>(row + 4 * l + 128 * k) = make_float4(v, v, v, v);
+            *reinterpret_cast<float4 *>(row + 512 + 4 * l + 128 * k) =
+                make_float4(KVC_NEG_INF, KVC_NEG_INF, KVC_NEG_INF, KVC_NEG_INF);
         }
     }
-    cp_async_commit(); /* an empty group past the end keeps the count uniform */
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) bytes += __shfl_xor_sync(0xffffffffu, bytes, d);
+    __syncwarp();
+    if (l == 0) mbar_arrive_tx(bar, bytes);
+    if (l < KVC_SEG && off >= 0) {
+        float *dst = stage + l * RING_ROW_FLOATS;
+        const float *src = P.a.state_cache + off;
+        const unsigned long long pol = l2_evict_first();
+        if (sdelta == 512) {
+            tma_copy(dst, src, 4096u, bar, P.l2hint, pol);
+        } else {
+            tma_copy(dst, src, 2048u, bar, P.l2hint, pol);
+            tma_copy(dst + 512, src + sdelta, 2048u, bar, P.l2hint, pol);
+        }
+    }
 }
 
 /* Output of a finished item: finalise, or publish the chunk state. */
@@ -296,7 +371,7 @@ __device__ void ring_item_end(const launch_params &P, const ring_item &it, const
     }
 }
 
-template <int NST, int N>
+template <int NST, int N, bool EMPTYBAR>
 __global__ void __launch_bounds__(512 / N, NST <= 3 ? 2 : 1) ring_kernel(const launch_params P) {
     constexpr int THREADS = 512 / N;
     extern __shared__ __align__(16) unsigned char ring_sm[];
@@ -306,12 +381,16 @@ __global__ void __launch_bounds__(512 / N, NST <= 3 ? 2 : 1) ring_kernel(const l
     ring_item *items = reinterpret_cast<ring_item *>(ring_sm + L::items);
     int *rowbase = reinterpret_cast<int *>(ring_sm + L::rowbase);
     float *cbuf = reinterpret_cast<float *>(ring_sm + L::cbuf);
+    unsigned long long *bars = reinterpret_cast<unsigned long long *>(ring_sm + L::bars);
     __shared__ unsigned long long scnt[4]; /* written, padding, nonfinite, invalid */
     __shared__ unsigned ticket;
     const int tid = threadIdx.x;
     unsigned long long cnt[4] = {0, 0, 0, 0}; /* thread 0's counts of finished items */
 
     if (tid < 4) scnt[tid] = 0;
+    if (tid < NST) mbar_init(bars + tid, 1);                     /* full: the producer's arrive + bytes */
+    if (tid >= NST && tid < 2 * NST) mbar_init(bars + tid, THREADS / 32); /* empty: one arrive per warp */
+    fence_proxy_async();
     fin_in f;
     fin_load_weights(P, tid, f);
     __syncthreads();
@@ -321,16 +400,30 @@ __global__ void __launch_bounds__(512 / N, NST <= 3 ? 2 : 1) ring_kernel(const l
     const int T = R / KVC_SEG;
     const long long sdelta = P.a.overlap == KVC_OVERLAP_ON ? 1024 : 512;
 
-#pragma unroll
-    for (int s = 0; s < NST - 1; s++) ring_issue<THREADS>(P, table, stages, s, T, NST, sdelta);
+    if (tid < 32)
+        for (int s = 0; s < NST - 1; s++) ring_issue(P, table, stages, bars, s, T, NST, sdelta);
 
     int ci = 0, cs = 0; /* compute cursor: item, segment within it */
     while (ci < K && items[ci].csize == 0) ci++;
     stn<N> acc[RING_LEVELS];
     for (int g = 0; g < T; g++) {
-        cp_async_wait<NST - 2>();
-        __syncthreads(); /* stage g landed for all; stage g-1 free */
-        ring_issue<THREADS>(P, table, stages, g + NST - 1, T, NST, sdelta);
+        /* warp 0 refills stage (g-1) % NST with segment g+NST-1 once every
+         * warp has read segment g-1 out of it (its "empty" barrier) */
+        if constexpr (EMPTYBAR) {
+            if (tid < 32 && g + NST - 1 < T) {
+                if (g >= 1) mbar_wait(bars + NST + (g - 1) % NST, (unsigned)((g - 1) / NST) & 1u);
+                fence_proxy_async(); /* those reads before the copies into the stage */
+                ring_issue(P, table, stages, bars, g + NST - 1, T, NST, sdelta);
+            }
+            mbar_wait(bars + g % NST, (unsigned)(g / NST) & 1u); /* segment g landed */
+        } else {
+            mbar_wait(bars + g % NST, (unsigned)(g / NST) & 1u); /* segment g landed */
+            __syncthreads();                                    /* stage g-1 is free */
+            if (tid < 32 && g + NST - 1 < T) {
+                fence_proxy_async();
+                ring_issue(P, table, stages, bars, g + NST - 1, T, NST, sdelta);
+            }
+        }
         if (cs == 0) fin_load_cos_sin(P, items[ci].pc, tid, f); /* used at the item's end */
         const float *sd = stages + (g % NST) * RING_STAGE_FLOATS + N * tid;
         segd<N> x;
@@ -348,20 +441,11 @@ __global__ void __launch_bounds__(512 / N, NST <= 3 ? 2 : 1) ring_kernel(const l
                 x.s[i][0] = sd[i * RING_ROW_FLOATS + 512];
             }
         }
-        stn<N> cur;
-        if (!P.diag_nocompute) {
-            cur = seg_compute<N>(x, KVC_SEG);
-        } else { /* diagnostic: the same loads, almost no arithmetic */
-#pragma unroll
-            for (int j = 0; j < N; j++) {
-                float t = 0.0f;
-#pragma unroll
-                for (int i = 0; i < KVC_SEG; i++) t = t + x.v[i][j] + x.s[i][j];
-                cur.m[j] = 0.0f;
-                cur.d[j] = 1.0f;
-                cur.n[j] = t;
-            }
+        if constexpr (EMPTYBAR) {
+            __syncwarp();
+            if ((tid & 31) == 0) mbar_arrive(bars + NST + g % NST); /* this warp is done with the stage */
         }
+        stn<N> cur = seg_compute<N>(x, KVC_SEG);
         /* binary counter: segment cs closes every complete subtree it ends
          * (written without a break so that acc stays in registers) */
         bool placed = false;
@@ -384,8 +468,6 @@ __global__ void __launch_bounds__(512 / N, NST <= 3 ? 2 : 1) ring_kernel(const l
             while (ci < K && items[ci].csize == 0) ci++;
         }
     }
-    cp_async_wait<0>();
-    __syncthreads();
     if (tid == 0) {
         unsigned long long *dst[4] = {
             reinterpret_cast<unsigned long long *>(&P.status->outputs_written),
