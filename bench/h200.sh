@@ -4,7 +4,6 @@
 # under $OUT.  Usage: bench/h200.sh step [step ...]
 #   golden    golden + semantics suites on CUDA, verify
 #   probe     bench/probe/read_probe (plain reads at the case sizes, both flushes)
-#   variants  headline contiguous for ring variants (VARIANTS="ENV=VALUE ...") and classic
 #   bench     kvcompress bench, headline, both layouts (default kernel)
 #   engine    the engine case set
 #   opencl    OpenCL golden + semantics + headline bench (NVIDIA's driver)
@@ -24,11 +23,8 @@ for s in "$@"; do
   case $s in
   golden)
     step golden
-    for k in ring classic; do
-      echo "-- kernel $k"
-      KVC_CUDA_KERNEL=$k $D/test_golden $G backend=cuda 2>&1 | tail -2
-      KVC_CUDA_KERNEL=$k $D/test_semantics backend=cuda 2>&1 | tail -4
-    done
+    $D/test_golden $G backend=cuda 2>&1 | tail -2
+    $D/test_semantics backend=cuda 2>&1 | tail -4
     $D/kvc verify --backend cuda --golden $G --random 60 2>&1 | tail -3 ;;
   probe)
     step probe
@@ -36,12 +32,6 @@ for s in "$@"; do
   bench)
     step bench
     $D/kvc bench --backend cuda --json $OUT/cuda-headline.json > $OUT/cuda-headline.txt 2>&1; tail -3 $OUT/cuda-headline.txt ;;
-  variants)
-    step variants
-    for v in ${VARIANTS:-"KVC_CUDA_L2HINT=1" "KVC_CUDA_L2HINT=0"}; do
-      env $v $D/kvc bench --backend cuda --layout contig > "$OUT/cuda-$v.txt" 2>&1
-    done
-    KVC_CUDA_KERNEL=classic $D/kvc bench --backend cuda --layout contig > $OUT/cuda-classic.txt 2>&1 ;;
   engine)
     step engine
     $D/kvc bench --backend cuda --cases engine --json $OUT/engine.json > $OUT/engine.txt 2>&1; cat $OUT/engine.txt ;;

@@ -25,8 +25,6 @@
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kvc_canon.h"
@@ -87,8 +85,6 @@ struct launch_params {
     int uniform;                /* all chunks full, nchunk a power of 2 <= 8 L   */
     int vec;                    /* 8-byte loads allowed (alignment)              */
     int fast;                   /* vec and no overlap: straight-line full segments */
-    int uniform_ring;           /* nseg % ch == 0, nchunk a power of two <= 16    */
-    int l2hint;                 /* ring: TMA reads with an L2 evict_first policy  */
 };
 
 /* Row addresses of the CTA's chunk: element offsets of the row's value and
@@ -266,7 +262,7 @@ __device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long
 
 /* OR of a flag over threads 0..127 (named barrier 1); flag: 4 floats of
  * shared scratch, used as one int.  Every one of the 128 threads must call. */
-__device__ __forceinline__ int __syncthreads_or_128(int v, float *flag) {
+__device__ __forceinline__ int or_across_128(int v, float *flag) {
     int *f = reinterpret_cast<int *>(flag);
     if (threadIdx.x == 0) *f = 0;
     asm volatile("bar.sync 1, 128;");
@@ -375,7 +371,7 @@ __device__ int finalize(const launch_params &P, long long slot, const float c[4]
         nout = 8;
     }
     /* block-wide OR over the 128 finalising threads */
-    bad = __syncthreads_or_128(bad, red + 4);
+    bad = or_across_128(bad, red + 4);
     if (q < 112) {
         for (int j = 0; j < 4; j++) payload[4 * q + j] = bad ? 0 : out[j];
         if ((q & 15) == 0) scales[q >> 4] = bad ? 0xFF : (uint8_t)(e + 127);
@@ -552,8 +548,6 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     finish(P, inf, st, q, smem);
 }
 
-#include "ring_kernel.cuh"
-
 /* ---- host side --------------------------------------------------------- */
 
 typedef struct {
@@ -586,102 +580,6 @@ static long long pow2_floor(long long x) {
     long long p = 1;
     while (p * 2 <= x) p *= 2;
     return p;
-}
-
-/* Kernel choice (diagnostics and benchmarks; bench/NOTES.md):
- * KVC_CUDA_KERNEL=classic|ring (default classic; ring where it can run: sm_90+ and
- * 16-byte aligned rows), KVC_CUDA_NST=2|3 ring stages (default 3),
- * KVC_CUDA_SYNC=bar|empty stage recycling (default bar: one __syncthreads per
- * segment; empty: per-stage mbarriers), KVC_CUDA_L2HINT=0|1 L2 evict_first
- * policy on the ring's TMA reads (default 1), KVC_CUDA_DEBUG prints the launch.
- * Read once. */
-static int g_kernel_ring = 0, g_nst = 3, g_emptybar = 0, g_debug = 0, g_l2hint = 1;
-static pthread_once_t g_knobs_once = PTHREAD_ONCE_INIT;
-static void read_knobs(void) {
-    const char *k = getenv("KVC_CUDA_KERNEL");
-    if (k && !strcmp(k, "ring")) g_kernel_ring = 1;
-    g_debug = getenv("KVC_CUDA_DEBUG") != NULL;
-    const char *n = getenv("KVC_CUDA_NST");
-    if (n && (n[0] == '2' || n[0] == '3') && !n[1]) g_nst = n[0] - '0';
-    const char *r = getenv("KVC_CUDA_SYNC");
-    g_emptybar = r && !strcmp(r, "empty");
-    const char *h = getenv("KVC_CUDA_L2HINT");
-    if (h && h[0] == '0') g_l2hint = 0;
-}
-
-/* The ring kernel copies rows with TMA (sm_90+), which needs 16-byte
- * aligned addresses. */
-static int g_cc_major[64];
-static int ring_ok(const kvc_args *a, int dev) {
-    pthread_once(&g_knobs_once, read_knobs);
-    if (!g_kernel_ring || (uintptr_t)a->state_cache % 16 != 0 || a->state_stride_block % 4 != 0 ||
-        a->state_stride_token % 4 != 0)
-        return 0;
-    if (!g_cc_major[dev] && cudaDeviceGetAttribute(&g_cc_major[dev], cudaDevAttrComputeCapabilityMajor, dev) !=
-                                cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return g_cc_major[dev] >= 9;
-}
-
-/* Per device: SM count and resident ring CTAs per SM (per variant), found once. */
-typedef struct {
-    int ready[5][5];
-    int sms, per_sm[5][5];
-} ring_dev;
-static ring_dev g_ring_dev[64];
-
-template <int NST, int N, bool EB> static cudaError_t ring_setup(int dev, ring_dev *rd) {
-    if (rd->ready[NST][N + 2 * EB]) return cudaSuccess;
-    cudaError_t err;
-    const int bytes = (int)ring_smem<NST>::total;
-    if ((err = cudaFuncSetAttribute(ring_kernel<NST, N, EB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) !=
-        cudaSuccess)
-        return err;
-    /* the whole unified L1/shared array as shared memory: 2 CTAs of ~110 KB */
-    if ((err = cudaFuncSetAttribute(ring_kernel<NST, N, EB>, cudaFuncAttributePreferredSharedMemoryCarveout, 100)) !=
-        cudaSuccess)
-        return err;
-    if ((err = cudaDeviceGetAttribute(&rd->sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return err;
-    if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&rd->per_sm[NST][N + 2 * EB], ring_kernel<NST, N, EB>, 512 / N,
-                                                             bytes)) != cudaSuccess)
-        return err;
-    if (rd->per_sm[NST][N + 2 * EB] < 1) rd->per_sm[NST][N + 2 * EB] = 1;
-    rd->ready[NST][N + 2 * EB] = 1;
-    return cudaSuccess;
-}
-
-template <int NST, int N, bool EB> static kvc_status ring_launch_n(const launch_params *P, int dev, cudaStream_t stream) {
-    pthread_mutex_lock(&g_ws_lock);
-    ring_dev *rd = &g_ring_dev[dev];
-    cudaError_t err = ring_setup<NST, N, EB>(dev, rd);
-    const long long resident = (long long)rd->sms * rd->per_sm[NST][N + 2 * EB];
-    pthread_mutex_unlock(&g_ws_lock);
-    if (err != cudaSuccess) return cuda_fail(err, "ring kernel setup");
-    const long long items = P->a.num_outputs * P->nchunk;
-    /* enough CTAs to fill the GPU once, and enough that no CTA has more
-     * than RING_MAXK items or RING_MAXROWS rows */
-    const long long per_cta = RING_MAXROWS / (P->ch * KVC_SEG) < RING_MAXK ? RING_MAXROWS / (P->ch * KVC_SEG)
-                                                                            : RING_MAXK;
-    long long G = items < resident ? items : resident;
-    const long long need = (items + per_cta - 1) / per_cta;
-    if (G < need) G = need;
-    if (G > 0x7FFFFFFFLL) return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld thread blocks exceed the CUDA grid", G);
-    if (g_debug)
-        fprintf(stderr, "kvc cuda ring: NST=%d N=%d smem=%zu per_sm=%d sms=%d G=%lld items=%lld ch=%lld nchunk=%lld\n",
-                NST, N, (size_t)ring_smem<NST>::total, rd->per_sm[NST][N + 2 * EB], rd->sms, G, items, (long long)P->ch,
-                (long long)P->nchunk);
-    ring_kernel<NST, N, EB><<<(unsigned)G, 512 / N, ring_smem<NST>::total, stream>>>(*P);
-    if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
-    return KVC_OK;
-}
-
-static kvc_status launch_ring(launch_params *P, int dev, cudaStream_t stream) {
-    P->l2hint = g_l2hint;
-    P->uniform_ring = P->nseg % P->ch == 0 && (P->nchunk & (P->nchunk - 1)) == 0 && P->nchunk <= 16;
-    if (g_nst == 2) return g_emptybar ? ring_launch_n<2, 2, true>(P, dev, stream) : ring_launch_n<2, 2, false>(P, dev, stream);
-    return g_emptybar ? ring_launch_n<3, 2, true>(P, dev, stream) : ring_launch_n<3, 2, false>(P, dev, stream);
 }
 
 extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
@@ -756,7 +654,6 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
                     cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
-    if (ring_ok(a, dev)) return launch_ring(&P, dev, stream);
     long long blocks = nout * P.nchunk;
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs * chunks = %lld exceeds the CUDA grid", blocks);
