@@ -5,21 +5,27 @@
  * -cl-fp32-correctly-rounded-divide-sqrt, so every operation is the
  * canonical binary32 operation: the bytes equal the CPU backend's.
  *
- * Work decomposition (as the CUDA kernel's): a window's segments are cut
+ * Work decomposition (v3, as the CUDA kernel's): a window's segments are cut
  * into chunks (kvc_chunk_of: complete subtrees of the canonical tree); one
- * work-group of 128 work-items reduces one chunk of one output, work-item q
- * holding dims 4q..4q+3 and combining its segments with a binary counter in
- * private memory.  With one chunk per output the group finalises at once;
- * otherwise it publishes its chunk state and the last group of the output
- * (ticket counter) merges the chunk states in canonical order.  Work-item 0
- * finalises the slot from c[512] in local memory.
+ * work-group of 256 work-items reduces one chunk of one output, work-item q
+ * holding dims 2q, 2q+1.  The group first resolves the chunk's row offsets
+ * into local memory (one work-item per row, which also checks that row's
+ * physical block: the device half of the PHYSICAL_BLOCK check), then every
+ * work-item walks the chunk's segments with the next segment's loads in
+ * flight, combining segment states with a binary counter in private memory.
+ * With one chunk per output the group finalises at once; otherwise it
+ * publishes its chunk state and the last group of the output (ticket
+ * counter) merges the chunk states in canonical order; the group then
+ * finalises the slot together (finalize_group).
  */
 #include "kvc_canon.h"
 #include "kvc_check.h"
 
-#define KVC_CL_WG 128
+#define KVC_CL_WG 256
+#define KVC_CL_MAX_CH 128     /* segments per chunk (host plan)               */
 #define KVC_CL_SEG_STACK 9    /* segments per chunk <= 128                    */
 #define KVC_CL_CHUNK_STACK 40 /* chunk merge: any chunk count < 2^38            */
+#define KVC_CL_BAD_BIT 0x40000000
 
 /* Per-launch plan (mirrors kvc_cl_plan of opencl_backend.c). */
 typedef struct {
@@ -34,61 +40,81 @@ typedef struct {
 } kvc_cl_status;
 
 typedef struct {
-    float m[4], d[4], n[4];
-} st4;
+    float m[2], d[2], n[2];
+} st2;
 
-static inline void st_merge(st4 *a, const st4 *b) {
-    for (int j = 0; j < 4; j++) kvc_merge(&a->m[j], &a->d[j], &a->n[j], b->m[j], b->d[j], b->n[j]);
+static inline void st_merge(st2 *a, const st2 *b) {
+    for (int j = 0; j < 2; j++) kvc_merge(&a->m[j], &a->d[j], &a->n[j], b->m[j], b->d[j], b->n[j]);
 }
 #define CL_MERGE(l, r) st_merge(&stack[l], &stack[r])
 
-/* Reduce segments [s0, s0 + count) of one output for dims 4q..4q+3. */
-static st4 reduce_segments(const kvc_shape *sh, const kvc_cl_plan *pl, __global const float *state,
-                           __global const int *trow, long p, long s0, long count, int q) {
-    const long C = sh->compress_ratio;
-    const int ovl = sh->overlap != 0;
-    st4 stack[KVC_CL_SEG_STACK];
+static void record_error(__global kvc_cl_status *st, int check, long o, long value) {
+    if (atomic_cmpxchg(&st->status, 0, 5 /* KVC_ERROR_INDEX_OUT_OF_RANGE */) == 0) {
+        st->check = check;
+        st->output = o;
+        st->value = value;
+    }
+}
+
+/* Rows [lr, lr + n) of the chunk (row offsets in local memory, < 0: masked)
+ * for dims 2q, 2q+1: value and score pairs. */
+static inline void seg_load(__global const float *state, __local const long *rowoff, long sdelta, int lr, int n,
+                            int q, float2 *v, float2 *s) {
+    for (int i = 0; i < KVC_SEG; i++) {
+        if (i >= n) break;
+        const long off = rowoff[lr + i];
+        if (off < 0) {
+            v[i] = (float2)(0.0f);
+            s[i] = (float2)(KVC_NEG_INF);
+        } else {
+            v[i] = vload2(q, state + off);
+            s[i] = vload2(q, state + off + sdelta);
+        }
+    }
+}
+
+static inline st2 seg_reduce(const float2 *v, const float2 *s, int n) {
+    st2 cur;
+    cur.m[0] = s[0].x;
+    cur.m[1] = s[0].y;
+    for (int j = 0; j < 2; j++) {
+        cur.d[j] = 0.0f;
+        cur.n[j] = 0.0f;
+    }
+    for (int i = 1; i < n; i++) {
+        cur.m[0] = kvc_max(cur.m[0], s[i].x);
+        cur.m[1] = kvc_max(cur.m[1], s[i].y);
+    }
+    for (int i = 0; i < n; i++) {
+        kvc_seg_step(cur.m[0], s[i].x, v[i].x, &cur.d[0], &cur.n[0]);
+        kvc_seg_step(cur.m[1], s[i].y, v[i].y, &cur.d[1], &cur.n[1]);
+    }
+    for (int j = 0; j < 2; j++) kvc_seg_close(cur.m[j], &cur.d[j], &cur.n[j]);
+    return cur;
+}
+
+/* Reduce the chunk's segments [s0, s0 + count) (row r0 = 8 s0 is local row 0). */
+static st2 reduce_segments(const kvc_cl_plan *pl, __global const float *state, __local const long *rowoff,
+                           long sdelta, long s0, long count, int q) {
+    st2 stack[KVC_CL_SEG_STACK];
     long sizes[KVC_CL_SEG_STACK];
     int top = -1;
-    for (long sg = s0; sg < s0 + count; sg++) {
-        const long r0 = sg * KVC_SEG;
-        const int n = (int)(pl->rows - r0 < KVC_SEG ? pl->rows - r0 : KVC_SEG);
-        float4 v[KVC_SEG], s[KVC_SEG];
-        for (int i = 0; i < n; i++) {
-            int vo, so;
-            const long pos = kvc_window_row(p, C, ovl, r0 + i, &vo, &so);
-            if (pos < 0) {
-                v[i] = (float4)(0.0f);
-                s[i] = (float4)(KVC_NEG_INF);
-                continue;
-            }
-            const long base = kvc_row_offset(trow[pos / sh->block_size], pos, sh->block_size,
-                                             sh->state_stride_block, sh->state_stride_token);
-            v[i] = vload4(q, state + base + vo);
-            s[i] = vload4(q, state + base + so);
+    float2 v[KVC_SEG], s[KVC_SEG], vn[KVC_SEG], sn[KVC_SEG];
+    int n = (int)(pl->rows - s0 * KVC_SEG < KVC_SEG ? pl->rows - s0 * KVC_SEG : KVC_SEG);
+    seg_load(state, rowoff, sdelta, 0, n, q, vn, sn);
+    for (long k = 0; k < count; k++) {
+        const int nc = n;
+        for (int i = 0; i < KVC_SEG; i++) {
+            v[i] = vn[i];
+            s[i] = sn[i];
         }
-        st4 cur;
-        cur.m[0] = s[0].x; cur.m[1] = s[0].y; cur.m[2] = s[0].z; cur.m[3] = s[0].w;
-        for (int j = 0; j < 4; j++) {
-            cur.d[j] = 0.0f;
-            cur.n[j] = 0.0f;
+        if (k + 1 < count) { /* the next segment's loads in flight during this one */
+            const long r1 = (s0 + k + 1) * KVC_SEG;
+            n = (int)(pl->rows - r1 < KVC_SEG ? pl->rows - r1 : KVC_SEG);
+            seg_load(state, rowoff, sdelta, (int)((k + 1) * KVC_SEG), n, q, vn, sn);
         }
-        for (int i = 1; i < n; i++) {
-            cur.m[0] = kvc_max(cur.m[0], s[i].x);
-            cur.m[1] = kvc_max(cur.m[1], s[i].y);
-            cur.m[2] = kvc_max(cur.m[2], s[i].z);
-            cur.m[3] = kvc_max(cur.m[3], s[i].w);
-        }
-        for (int i = 0; i < n; i++) {
-            kvc_seg_step(cur.m[0], s[i].x, v[i].x, &cur.d[0], &cur.n[0]);
-            kvc_seg_step(cur.m[1], s[i].y, v[i].y, &cur.d[1], &cur.n[1]);
-            kvc_seg_step(cur.m[2], s[i].z, v[i].z, &cur.d[2], &cur.n[2]);
-            kvc_seg_step(cur.m[3], s[i].w, v[i].w, &cur.d[3], &cur.n[3]);
-        }
-        for (int j = 0; j < 4; j++) kvc_seg_close(cur.m[j], &cur.d[j], &cur.n[j]);
-        /* push; merge the complete subtrees this segment completes */
         top++;
-        stack[top] = cur;
+        stack[top] = seg_reduce(v, s, nc);
         sizes[top] = 1;
         KVC_TREE_PUSH(sizes, top, CL_MERGE);
     }
@@ -96,25 +122,99 @@ static st4 reduce_segments(const kvc_shape *sh, const kvc_cl_plan *pl, __global 
     return stack[0];
 }
 
+/*
+ * Finalise one output from c[512] with the whole group (work-item q: dims
+ * 2q, 2q+1), in the canonical order of kvc_finalize_slot (kvc_canon.h):
+ *   - RMS sum: the balanced pairwise tree level by level (level 1 here in
+ *     registers, then ping-pong between t[0..255] and u[0..255]);
+ *   - group amax: a max of non-negative values, exact in any order, taken as
+ *     an integer max of the float bits (+0 = 0; a NaN only where the slot is
+ *     non-finite anyway);
+ *   - RoPE pair q - 224 on work-items q >= 224, NOPE dims on q < 224.
+ * Every work-item calls it (its barriers); active = 0 writes nothing.
+ * flags: 8 ints of local memory.  @return (all work-items) 1 if the slot was
+ * written as non-finite.
+ */
+static int finalize_group(int active, __local const float *c, __local float *t, __local float *u,
+                          __local int *flags, __global const ushort *w, __global const float *cs, int interleaved,
+                          float eps, int fp8, __global uchar *payload, __global uchar *scales, int q) {
+    if (q < 8) flags[q] = 0;
+    const float c0 = c[2 * q], c1 = c[2 * q + 1];
+    int bad = kvc_nonfinite(c0) | kvc_nonfinite(c1);
+    t[q] = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __local float *src = t, *dst = u;
+    for (int n = 256; n > 1; n >>= 1) {
+        if (q < n / 2) dst[q] = KVC_ADD(src[2 * q], src[2 * q + 1]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        __local float *x = src;
+        src = dst;
+        dst = x;
+    }
+    const float rr = kvc_rms_scale(src[0], eps);
+    const float y0 = kvc_rms_apply(c0, rr, kvc_bf16_to_f32(w[2 * q]));
+    const float y1 = kvc_rms_apply(c1, rr, kvc_bf16_to_f32(w[2 * q + 1]));
+    bad |= kvc_nonfinite(y0) | kvc_nonfinite(y1);
+    ushort h0, h1;
+    float z0 = 0.0f, z1 = 0.0f;
+    if (q < 224) { /* NOPE */
+        h0 = kvc_bf16_bits(y0);
+        h1 = kvc_bf16_bits(y1);
+        bad |= kvc_bf16_nonfinite(h0) | kvc_bf16_nonfinite(h1);
+        z0 = kvc_bf16_to_f32(h0);
+        z1 = kvc_bf16_to_f32(h1);
+        const float a0 = z0 < 0.0f ? -z0 : z0, a1 = z1 < 0.0f ? -z1 : z1;
+        atomic_max(&flags[1 + q / 32], (int)as_uint(kvc_max(a0, a1)));
+    } else { /* RoPE pair j = q - 224 */
+        const int j = q - 224;
+        const float cj = interleaved ? cs[2 * j] : cs[j];
+        const float sj = interleaved ? cs[2 * j + 1] : cs[32 + j];
+        float uo, wo;
+        kvc_rope(y0, y1, cj, sj, &uo, &wo);
+        h0 = kvc_bf16_bits(uo);
+        h1 = kvc_bf16_bits(wo);
+        bad |= kvc_nonfinite(uo) | kvc_nonfinite(wo) | kvc_bf16_nonfinite(h0) | kvc_bf16_nonfinite(h1);
+    }
+    if (bad) flags[0] = 1;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    bad = flags[0];
+    if (active) {
+        if (q < 224) {
+            const int e = kvc_group_exponent(as_float((uint)flags[1 + q / 32]), fp8);
+            payload[2 * q] = bad ? 0 : kvc_nope_code(z0, e, fp8);
+            payload[2 * q + 1] = bad ? 0 : kvc_nope_code(z1, e, fp8);
+            if (q % 32 == 0) scales[q / 32] = bad ? 0xFF : (uchar)(e + 127);
+        } else {
+            __global uchar *rp = payload + 448 + 4 * (q - 224);
+            if (bad) h0 = h1 = KVC_BF16_QNAN;
+            rp[0] = (uchar)(h0 & 0xFF);
+            rp[1] = (uchar)(h0 >> 8);
+            rp[2] = (uchar)(h1 & 0xFF);
+            rp[3] = (uchar)(h1 >> 8);
+        }
+        if (q == 0) scales[7] = 0;
+    }
+    return bad;
+}
+
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_kernel(
     const kvc_shape sh, const kvc_cl_plan pl, __global const float *state, __global const int *t2r,
     __global const long *positions, __global const long *slots, __global const long *bidx,
     __global const int *table, __global const ushort *weight, __global const float *cos_sin, __global uchar *kv,
     __global kvc_cl_status *st, __global float *chunk_states, __global volatile int *tickets) {
-    __local float c[512], y[512];
-    __local int last;
+    __local float c[512], t[256], u[256];
+    __local int flags[8];
+    __local long rowoff[KVC_CL_MAX_CH * KVC_SEG];
+    __local int last, bad;
+    __local long bad_g;
     const long o = get_group_id(0) / pl.nchunk, j = get_group_id(0) % pl.nchunk;
     const int q = (int)get_local_id(0);
 
     kvc_out_info inf;
-    const int chk = kvc_check_output_s(&sh, bidx, slots, t2r, positions, table, o, &inf, 1);
+    const int chk = kvc_check_output_s(&sh, bidx, slots, t2r, positions, table, o, &inf, 0);
     if (chk != KVC_CHECK_NONE) { /* every group of the output sees it: all return */
         if (q == 0 && j == 0) {
-            if (atomic_cmpxchg(&st->status, 0, 5 /* KVC_ERROR_INDEX_OUT_OF_RANGE */) == 0) {
-                st->check = chk;
-                st->output = o;
-                st->value = inf.value;
-            }
+            record_error(st, chk, o, inf.value);
             atomic_inc(&st->invalid);
         }
         return;
@@ -125,51 +225,86 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     }
     long cstart, csize;
     kvc_chunk_of(pl.nseg, pl.ch, j, &cstart, &csize);
+    /* the chunk's rows: offsets of the value halves, each row's block checked */
+    const long C = sh.compress_ratio, r0 = cstart * KVC_SEG;
+    const long rend = (cstart + csize) * KVC_SEG < pl.rows ? (cstart + csize) * KVC_SEG : pl.rows;
     __global const int *trow = table + inf.r * sh.block_table_stride;
-    st4 res = reduce_segments(&sh, &pl, state, trow, inf.p, cstart, csize, q);
+    if (q == 0) bad = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long t = q; t < rend - r0; t += KVC_CL_WG) {
+        int vo, so;
+        const long pos = kvc_window_row(inf.p, C, sh.overlap != 0, r0 + t, &vo, &so);
+        long off = -1;
+        if (pos >= 0) {
+            const long g = trow[pos / sh.block_size];
+            if (g < 0 || g >= sh.num_blocks) {
+                if (atomic_xchg(&bad, 1) == 0) bad_g = g;
+            } else {
+                off = kvc_row_offset(g, pos, sh.block_size, sh.state_stride_block, sh.state_stride_token) + vo;
+            }
+        }
+        rowoff[t] = off;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int bad_rows = bad;
+    if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, bad_g);
+    const long sdelta = sh.overlap != 0 ? 1024 : 512; /* score half - value half */
+    /* (with a bad row the offsets are -1 and the result is discarded) */
+    st2 res = reduce_segments(&pl, state, rowoff, sdelta, cstart, csize, q);
 
+    /* fin: 1 finalise here, 0 nothing (another group of the output will),
+     * 2 count the output invalid.  No early return before the barriers
+     * below: PoCL then lost work-items at them. */
+    int fin = bad_rows ? 2 : 1;
     if (pl.nchunk > 1) {
-        __global float *mine = chunk_states + (o * pl.nchunk + j) * 1536;
-        for (int k = 0; k < 4; k++) {
-            mine[4 * q + k] = res.m[k];
-            mine[512 + 4 * q + k] = res.d[k];
-            mine[1024 + 4 * q + k] = res.n[k];
+        if (!bad_rows) {
+            __global float *mine = chunk_states + (o * pl.nchunk + j) * 1536;
+            for (int k = 0; k < 2; k++) {
+                mine[2 * q + k] = res.m[k];
+                mine[512 + 2 * q + k] = res.d[k];
+                mine[1024 + 2 * q + k] = res.n[k];
+            }
         }
         mem_fence(CLK_GLOBAL_MEM_FENCE);
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-        if (q == 0) last = atomic_inc(&tickets[o]) == (int)(pl.nchunk - 1);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (!last) return;
-        mem_fence(CLK_GLOBAL_MEM_FENCE);
-        /* canonical merge of the chunks: binary counter over their sizes */
-        __global volatile const float *all = chunk_states + o * pl.nchunk * 1536;
-        st4 stack[KVC_CL_CHUNK_STACK];
-        long sizes[KVC_CL_CHUNK_STACK];
-        int top = -1;
-        for (long k = 0; k < pl.nchunk; k++) {
-            long s0, sz;
-            kvc_chunk_of(pl.nseg, pl.ch, k, &s0, &sz);
-            top++;
-            for (int u = 0; u < 4; u++) {
-                stack[top].m[u] = all[k * 1536 + 4 * q + u];
-                stack[top].d[u] = all[k * 1536 + 512 + 4 * q + u];
-                stack[top].n[u] = all[k * 1536 + 1024 + 4 * q + u];
-            }
-            sizes[top] = sz;
-            KVC_TREE_PUSH(sizes, top, CL_MERGE);
+        if (q == 0) {
+            const int t = atomic_add(&tickets[o], bad_rows ? KVC_CL_BAD_BIT + 1 : 1);
+            last = (t & ~KVC_CL_BAD_BIT) == (int)(pl.nchunk - 1) ? ((t & KVC_CL_BAD_BIT) || bad_rows ? 2 : 1) : 0;
         }
-        KVC_TREE_FOLD(top, CL_MERGE);
-        res = stack[0];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        fin = last;
+        if (fin == 1) {
+            mem_fence(CLK_GLOBAL_MEM_FENCE);
+            /* canonical merge of the chunks: binary counter over their sizes */
+            __global volatile const float *all = chunk_states + o * pl.nchunk * 1536;
+            st2 stack[KVC_CL_CHUNK_STACK];
+            long sizes[KVC_CL_CHUNK_STACK];
+            int top = -1;
+            for (long k = 0; k < pl.nchunk; k++) {
+                long s0, sz;
+                kvc_chunk_of(pl.nseg, pl.ch, k, &s0, &sz);
+                top++;
+                for (int u = 0; u < 2; u++) {
+                    stack[top].m[u] = all[k * 1536 + 2 * q + u];
+                    stack[top].d[u] = all[k * 1536 + 512 + 2 * q + u];
+                    stack[top].n[u] = all[k * 1536 + 1024 + 2 * q + u];
+                }
+                sizes[top] = sz;
+                KVC_TREE_PUSH(sizes, top, CL_MERGE);
+            }
+            KVC_TREE_FOLD(top, CL_MERGE);
+            res = stack[0];
+        }
     }
-    for (int k = 0; k < 4; k++) c[4 * q + k] = KVC_DIV(res.n[k], res.d[k]);
+    for (int k = 0; k < 2; k++) c[2 * q + k] = fin == 1 ? KVC_DIV(res.n[k], res.d[k]) : 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (q == 0) {
-        long po, so;
-        kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, &po, &so);
-        const int bad = kvc_finalize_slot(c, y, weight, cos_sin + inf.pc * sh.cos_sin_stride,
-                                          sh.cos_sin_layout == 1, sh.rms_norm_eps, sh.nope_format == 1, kv + po,
-                                          kv + so);
+    long po, so;
+    kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, &po, &so);
+    const int badv = finalize_group(fin == 1, c, t, u, flags, weight, cos_sin + inf.pc * sh.cos_sin_stride,
+                                    sh.cos_sin_layout == 1, sh.rms_norm_eps, sh.nope_format == 1, kv + po, kv + so, q);
+    if (q == 0 && fin == 2) atomic_inc(&st->invalid);
+    if (q == 0 && fin == 1) {
         atomic_inc(&st->written);
-        if (bad) atomic_inc(&st->nonfinite);
+        if (badv) atomic_inc(&st->nonfinite);
     }
 }

@@ -39,6 +39,7 @@ typedef struct {
     cl_context ctx;
     cl_device_id dev;
     cl_program prog;
+    cl_kernel kern;    /* created once; arguments set under g_lock      */
     cl_mem status;     /* library-owned status word                     */
     cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
     size_t states_bytes;
@@ -112,13 +113,21 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
         pthread_mutex_unlock(&g_lock);
         return cl_fail(err, "clCreateBuffer(status)");
     }
-    cl_entry e = {ctx, dev, prog, status, NULL, 0, NULL, 0};
+    cl_kernel kern = clCreateKernel(prog, "kvc_compress_kernel", &err);
+    if (err != CL_SUCCESS) {
+        clReleaseMemObject(status);
+        clReleaseProgram(prog);
+        pthread_mutex_unlock(&g_lock);
+        return cl_fail(err, "clCreateKernel");
+    }
+    cl_entry e = {ctx, dev, prog, kern, status, NULL, 0, NULL, 0};
     if (g_ncache < KVC_CL_CACHE) {
         clRetainContext(ctx);
         g_cache[g_ncache] = e;
         *out = &g_cache[g_ncache++];
     } else {
         st = kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "more than %d OpenCL contexts in use", KVC_CL_CACHE);
+        clReleaseKernel(kern);
         clReleaseMemObject(status);
         clReleaseProgram(prog);
     }
@@ -194,25 +203,27 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
             CL_SUCCESS)
         return cl_fail(err, "clEnqueueFillBuffer(tickets)");
 
-    cl_kernel k = clCreateKernel(ent->prog, "kvc_compress_kernel", &err);
-    if (err != CL_SUCCESS) return cl_fail(err, "clCreateKernel");
     const kvc_shape sh = kvc_shape_of(a);
     cl_mem bufs[12] = {(cl_mem)(void *)a->state_cache, (cl_mem)(void *)a->token_to_req,
                        (cl_mem)(void *)a->positions, (cl_mem)(void *)a->kv_slot_mapping,
                        (cl_mem)(void *)a->boundary_token_indices, (cl_mem)(void *)a->block_table,
                        (cl_mem)(void *)a->rms_norm_weight, (cl_mem)(void *)a->cos_sin_cache,
                        (cl_mem)(void *)a->kv_cache, status, states, tickets};
+    /* one kernel object per context: arguments and enqueue under the lock
+     * (clEnqueueNDRangeKernel captures the arguments) */
+    cl_kernel k = ent->kern;
+    pthread_mutex_lock(&g_lock);
     err = clSetKernelArg(k, 0, sizeof sh, &sh);
     if (err == CL_SUCCESS) err = clSetKernelArg(k, 1, sizeof pl, &pl);
     for (int i = 0; i < 12 && err == CL_SUCCESS; i++) err = clSetKernelArg(k, (cl_uint)(i + 2), sizeof(cl_mem), &bufs[i]);
     if (err != CL_SUCCESS) {
-        clReleaseKernel(k);
+        pthread_mutex_unlock(&g_lock);
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "OpenCL kernel argument rejected (error %d): are the kvc_args "
                         "pointers cl_mem buffers?", (int)err);
     }
-    const size_t local = 128, global = (size_t)groups * local;
+    const size_t local = 256, global = (size_t)groups * local; /* KVC_CL_WG of kvc_kernel.cl */
     err = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
-    clReleaseKernel(k);
+    pthread_mutex_unlock(&g_lock);
     if (err != CL_SUCCESS) return cl_fail(err, "clEnqueueNDRangeKernel");
     return KVC_OK;
 }
