@@ -85,6 +85,7 @@ struct launch_params {
     int uniform;                /* all chunks full, nchunk a power of 2 <= 8 L   */
     int vec;                    /* 8-byte loads allowed (alignment)              */
     int fast;                   /* vec and no overlap: straight-line full segments */
+    int small_k;                /* one-segment windows: outputs per CTA            */
 };
 
 /* Row addresses of the CTA's chunk: element offsets of the row's value and
@@ -128,9 +129,10 @@ template <int N> struct segd {
 };
 typedef segd<DPT> seg_data;
 
-/* Issue the loads of local rows [lr, lr + n) (no use of the data yet). */
-__device__ __forceinline__ void seg_load(const launch_params &P, const row_table *rt, int lr, int n, int q,
-                                         seg_data &x) {
+/* Issue the loads of local rows [lr, lr + n) (no use of the data yet).
+ * RT: any table with voff[] / soff[] (row_table, small_rows). */
+template <class RT>
+__device__ __forceinline__ void seg_load(const launch_params &P, const RT *rt, int lr, int n, int q, seg_data &x) {
     const float *base = P.a.state_cache;
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++) {
@@ -548,6 +550,113 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     finish(P, inf, st, q, smem);
 }
 
+
+/*
+ * Windows of one segment (C <= 8, or C <= 4 with overlap: DeepSeek-V4's C4
+ * compressor): one output is only 8 rows, so a CTA per output spent its life
+ * in the dependent-load chain of its prologue.  Here a CTA of DG threads
+ * takes K = P.small_k <= SMALL_K consecutive outputs: their index checks run
+ * in parallel (thread k: output k), their 8 K row offsets are resolved in
+ * parallel (one thread per row, each row's block checked), then the outputs
+ * are reduced and finalised one after another, the next output's loads in
+ * flight during the current one's finalisation.
+ */
+#define SMALL_K 32 /* outputs per CTA at most */
+#define SMALL_MINB 3 /* resident CTAs per SM asked of the compiler */
+
+struct small_rows {
+    long long voff[SMALL_K * KVC_SEG], soff[SMALL_K * KVC_SEG];
+};
+
+__global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const launch_params P) {
+    __shared__ small_rows rt; /* rows of output k: 8k .. 8k+7           */
+    __shared__ long long s_slot[SMALL_K], s_pc[SMALL_K], s_r[SMALL_K], s_p[SMALL_K], s_badg[SMALL_K];
+    __shared__ int s_ok[SMALL_K], s_bad[SMALL_K];
+    __shared__ float cbuf[512 + 8];
+    const kvc_args &a = P.a;
+    const int q = threadIdx.x;
+    const long long o0 = (long long)blockIdx.x * P.small_k;
+    const int kn = (int)(a.num_outputs - o0 < P.small_k ? a.num_outputs - o0 : P.small_k);
+    if (q < kn) {
+        kvc_out_info inf;
+        const long long o = o0 + q;
+        const int chk = kvc_check_output(&a, o, &inf, 0);
+        int ok = 0;
+        if (chk != KVC_CHECK_NONE) {
+            record_error(P.status, chk, o, inf.value);
+            count(&P.status->outputs_invalid);
+        } else if (inf.slot < 0) {
+            count(&P.status->outputs_padding);
+        } else {
+            ok = 1;
+        }
+        s_ok[q] = ok;
+        s_bad[q] = 0;
+        s_slot[q] = inf.slot;
+        s_pc[q] = inf.pc;
+        s_r[q] = inf.r;
+        s_p[q] = inf.p;
+    }
+    __syncthreads();
+    const long long C = a.compress_ratio;
+    const int rows = (int)P.rows; /* <= 8 */
+    for (int t = q; t < kn * KVC_SEG; t += DG) {
+        const int k = t / KVC_SEG, i = t % KVC_SEG;
+        rt.voff[t] = rt.soff[t] = -1;
+        if (!s_ok[k] || i >= rows) continue;
+        int vo, so;
+        const long long pos = kvc_window_row(s_p[k], C, a.overlap == KVC_OVERLAP_ON, i, &vo, &so);
+        if (pos < 0) continue; /* masked: value 0, score -Inf */
+        const long long blk = a.block_table[s_r[k] * a.block_table_stride + pos / a.block_size];
+        if (blk < 0 || blk >= a.num_blocks) {
+            if (atomicCAS(&s_bad[k], 0, 1) == 0) s_badg[k] = blk;
+            continue;
+        }
+        const long long base = kvc_state_row_offset(&a, blk, pos);
+        rt.voff[t] = base + vo;
+        rt.soff[t] = base + so;
+    }
+    fin_in f;
+    fin_load_weights(P, q, f);
+    __syncthreads();
+    /* outputs to reduce: ok and no bad block (uniform); the others report */
+    auto next_live = [&](int k) {
+        for (; k < kn; k++) {
+            if (!s_ok[k]) continue;
+            if (!s_bad[k]) return k;
+            if (q == 0) {
+                record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o0 + k, s_badg[k]);
+                count(&P.status->outputs_invalid);
+            }
+        }
+        return kn;
+    };
+    int k = next_live(0);
+    seg_data x;
+    if (k < kn) seg_load(P, &rt, k * KVC_SEG, rows, q, x);
+    while (k < kn) {
+        fin_load_cos_sin(P, s_pc[k], q, f);
+        const stv st = seg_compute(x, rows);
+        const int kk = next_live(k + 1);
+        if (kk < kn) seg_load(P, &rt, kk * KVC_SEG, rows, q, x); /* in flight while k finalises */
+#pragma unroll
+        for (int j = 0; j < DPT; j++) cbuf[DPT * q + j] = KVC_DIV(st.n[j], st.d[j]);
+        __syncthreads();
+        if (q < 128) {
+            float c[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) c[j] = cbuf[4 * q + j];
+            const int bad = finalize(P, s_slot[k], c, q, cbuf + 512, f);
+            if (q == 0) {
+                count(&P.status->outputs_written);
+                if (bad) count(&P.status->outputs_nonfinite);
+            }
+        }
+        __syncthreads(); /* cbuf is free again */
+        k = kk;
+    }
+}
+
 /* ---- host side --------------------------------------------------------- */
 
 typedef struct {
@@ -654,6 +763,22 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
                     cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
+    if (P.nseg == 1 && DPT == 2) { /* one-segment windows: several outputs per CTA */
+        /* K so that the grid is one full wave (SMALL_MINB CTAs per SM), or
+         * waves of SMALL_K outputs per CTA when there are more outputs */
+        static int sms[64];
+        if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            sms[dev] = 132;
+        const long long slots = (long long)SMALL_MINB * sms[dev];
+        long long k = (nout + slots - 1) / slots;
+        P.small_k = (int)(k < 1 ? 1 : k > SMALL_K ? SMALL_K : k);
+        const long long sb = (nout + P.small_k - 1) / P.small_k;
+        if (sb > 0x7FFFFFFFLL)
+            return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs / %d = %lld exceeds the CUDA grid", P.small_k, sb);
+        compress_small_kernel<<<(unsigned)sb, DG, 0, stream>>>(P);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
+        return KVC_OK;
+    }
     long long blocks = nout * P.nchunk;
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs * chunks = %lld exceeds the CUDA grid", blocks);
