@@ -571,7 +571,7 @@ struct small_rows {
 __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const launch_params P) {
     __shared__ small_rows rt; /* rows of output k: 8k .. 8k+7           */
     __shared__ long long s_slot[SMALL_K], s_pc[SMALL_K], s_r[SMALL_K], s_p[SMALL_K], s_badg[SMALL_K];
-    __shared__ int s_ok[SMALL_K], s_bad[SMALL_K];
+    __shared__ int s_ok[SMALL_K], s_bad[SMALL_K], s_masked[SMALL_K];
     __shared__ float cbuf[512 + 8];
     const kvc_args &a = P.a;
     const int q = threadIdx.x;
@@ -592,6 +592,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         }
         s_ok[q] = ok;
         s_bad[q] = 0;
+        s_masked[q] = 0;
         s_slot[q] = inf.slot;
         s_pc[q] = inf.pc;
         s_r[q] = inf.r;
@@ -606,7 +607,10 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         if (!s_ok[k] || i >= rows) continue;
         int vo, so;
         const long long pos = kvc_window_row(s_p[k], C, a.overlap == KVC_OVERLAP_ON, i, &vo, &so);
-        if (pos < 0) continue; /* masked: value 0, score -Inf */
+        if (pos < 0) { /* masked: value 0, score -Inf */
+            s_masked[k] = 1;
+            continue;
+        }
         const long long blk = a.block_table[s_r[k] * a.block_table_stride + pos / a.block_size];
         if (blk < 0 || blk >= a.num_blocks) {
             if (atomicCAS(&s_bad[k], 0, 1) == 0) s_badg[k] = blk;
@@ -631,14 +635,33 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         }
         return kn;
     };
+    /* 8 unmasked rows and 8-byte loads (all but a request's first windows):
+     * straight-line loads, no per-row branches; the choice is per output,
+     * the same for the whole CTA */
+    auto load = [&](int k, seg_data &x) {
+        if (rows == KVC_SEG && P.vec && !s_masked[k]) {
+            const float *base = a.state_cache;
+#pragma unroll
+            for (int i = 0; i < KVC_SEG; i++) {
+                const float2 v = __ldcs(reinterpret_cast<const float2 *>(base + rt.voff[k * KVC_SEG + i]) + q);
+                const float2 w = __ldcs(reinterpret_cast<const float2 *>(base + rt.soff[k * KVC_SEG + i]) + q);
+                x.v[i][0] = v.x;
+                x.v[i][DPT - 1] = v.y;
+                x.s[i][0] = w.x;
+                x.s[i][DPT - 1] = w.y;
+            }
+        } else {
+            seg_load(P, &rt, k * KVC_SEG, rows, q, x);
+        }
+    };
     int k = next_live(0);
     seg_data x;
-    if (k < kn) seg_load(P, &rt, k * KVC_SEG, rows, q, x);
+    if (k < kn) load(k, x);
     while (k < kn) {
         fin_load_cos_sin(P, s_pc[k], q, f);
         const stv st = seg_compute(x, rows);
         const int kk = next_live(k + 1);
-        if (kk < kn) seg_load(P, &rt, kk * KVC_SEG, rows, q, x); /* in flight while k finalises */
+        if (kk < kn) load(kk, x); /* in flight while k finalises */
 #pragma unroll
         for (int j = 0; j < DPT; j++) cbuf[DPT * q + j] = KVC_DIV(st.n[j], st.d[j]);
         __syncthreads();
