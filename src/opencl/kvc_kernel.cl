@@ -57,18 +57,19 @@ static void record_error(__global kvc_cl_status *st, int check, long o, long val
 }
 
 /* Rows [lr, lr + n) of the chunk (row offsets in local memory, < 0: masked)
- * for dims 2q, 2q+1: value and score pairs. */
+ * for dims 2q, 2q+1: value and score pairs.  plain: no masked (or bad)
+ * row in the chunk, so the loads need no per-row test. */
 static inline void seg_load(__global const float *state, __local const long *rowoff, long sdelta, int lr, int n,
-                            int q, float2 *v, float2 *s) {
+                            int q, float2 *v, float2 *s, int plain) {
     for (int i = 0; i < KVC_SEG; i++) {
         if (i >= n) break;
         const long off = rowoff[lr + i];
-        if (off < 0) {
-            v[i] = (float2)(0.0f);
-            s[i] = (float2)(KVC_NEG_INF);
-        } else {
+        if (plain || off >= 0) {
             v[i] = vload2(q, state + off);
             s[i] = vload2(q, state + off + sdelta);
+        } else {
+            v[i] = (float2)(0.0f);
+            s[i] = (float2)(KVC_NEG_INF);
         }
     }
 }
@@ -95,13 +96,13 @@ static inline st2 seg_reduce(const float2 *v, const float2 *s, int n) {
 
 /* Reduce the chunk's segments [s0, s0 + count) (row r0 = 8 s0 is local row 0). */
 static st2 reduce_segments(const kvc_cl_plan *pl, __global const float *state, __local const long *rowoff,
-                           long sdelta, long s0, long count, int q) {
+                           long sdelta, long s0, long count, int q, int plain) {
     st2 stack[KVC_CL_SEG_STACK];
     long sizes[KVC_CL_SEG_STACK];
     int top = -1;
     float2 v[KVC_SEG], s[KVC_SEG], vn[KVC_SEG], sn[KVC_SEG];
     int n = (int)(pl->rows - s0 * KVC_SEG < KVC_SEG ? pl->rows - s0 * KVC_SEG : KVC_SEG);
-    seg_load(state, rowoff, sdelta, 0, n, q, vn, sn);
+    seg_load(state, rowoff, sdelta, 0, n, q, vn, sn, plain);
     for (long k = 0; k < count; k++) {
         const int nc = n;
         for (int i = 0; i < KVC_SEG; i++) {
@@ -111,7 +112,7 @@ static st2 reduce_segments(const kvc_cl_plan *pl, __global const float *state, _
         if (k + 1 < count) { /* the next segment's loads in flight during this one */
             const long r1 = (s0 + k + 1) * KVC_SEG;
             n = (int)(pl->rows - r1 < KVC_SEG ? pl->rows - r1 : KVC_SEG);
-            seg_load(state, rowoff, sdelta, (int)((k + 1) * KVC_SEG), n, q, vn, sn);
+            seg_load(state, rowoff, sdelta, (int)((k + 1) * KVC_SEG), n, q, vn, sn, plain);
         }
         top++;
         stack[top] = seg_reduce(v, s, nc);
@@ -205,7 +206,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     __local float c[512], t[256], u[256];
     __local int flags[8];
     __local long rowoff[KVC_CL_MAX_CH * KVC_SEG];
-    __local int last, bad;
+    __local int last, bad, masked;
     __local long bad_g;
     const long o = get_group_id(0) / pl.nchunk, j = get_group_id(0) % pl.nchunk;
     const int q = (int)get_local_id(0);
@@ -229,12 +230,13 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     const long C = sh.compress_ratio, r0 = cstart * KVC_SEG;
     const long rend = (cstart + csize) * KVC_SEG < pl.rows ? (cstart + csize) * KVC_SEG : pl.rows;
     __global const int *trow = table + inf.r * sh.block_table_stride;
-    if (q == 0) bad = 0;
+    if (q == 0) bad = masked = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (long t = q; t < rend - r0; t += KVC_CL_WG) {
         int vo, so;
         const long pos = kvc_window_row(inf.p, C, sh.overlap != 0, r0 + t, &vo, &so);
         long off = -1;
+        if (pos < 0) masked = 1;
         if (pos >= 0) {
             const long g = trow[pos / sh.block_size];
             if (g < 0 || g >= sh.num_blocks) {
@@ -250,7 +252,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, bad_g);
     const long sdelta = sh.overlap != 0 ? 1024 : 512; /* score half - value half */
     /* (with a bad row the offsets are -1 and the result is discarded) */
-    st2 res = reduce_segments(&pl, state, rowoff, sdelta, cstart, csize, q);
+    st2 res = reduce_segments(&pl, state, rowoff, sdelta, cstart, csize, q, !masked && !bad);
 
     /* fin: 1 finalise here, 0 nothing (another group of the output will),
      * 2 count the output invalid.  No early return before the barriers
