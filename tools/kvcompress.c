@@ -46,7 +46,8 @@ static const char *USAGE_BENCH =
     "  --backend auto|cpu|cuda|opencl   default auto (best available)\n"
     "  --cases headline|quick|engine|golden|SPEC\n"
     "                 headline: the 12 headline cases (default)\n"
-    "                 quick: 3 small cases;  engine: C4 overlap FP8 + C128 FP8 S=2\n"
+    "                 quick: 3 small cases;  engine: C4 overlap FP8 (2048, 8192,\n"
+    "                 32768 outputs) + C128 FP8 S=2\n"
     "                 golden: the cases of the golden manifests\n"
     "                 SPEC: reqs=8,tokens=131072,C=128,block=8,layout=shuffle\n"
     "                       [,kv_block=S,format=fp8,overlap=1,cos_sin=interleaved]\n"
@@ -217,16 +218,19 @@ static int build_cases(const char *set, const char *layout, uint64_t seed, const
     }
     if (!strcmp(set, "engine")) {
         for (int l = 0; l < nl; l++) {
-            const long long tk[3][3] = {{4, 8192, 4}, {4, 32768, 4}, {8, 131072, 128}};
-            for (int i = 0; i < 3; i++) {
+            /* C4 overlap FP8: 4 requests of 2048, 8192 and 32768 tokens
+             * (2048, 8192 and 32768 outputs); C128 FP8 with 2 slots per page */
+            const long long tk[4][3] = {{4, 8192, 4}, {4, 32768, 4}, {4, 131072, 4}, {8, 131072, 128}};
+            for (int i = 0; i < 4; i++) {
+                const int c4 = tk[i][2] == 4;
                 memset(&p, 0, sizeof p);
                 p.num_reqs = tk[i][0];
                 p.total_tokens = tk[i][1];
                 p.compress_ratio = tk[i][2];
-                p.block_size = i < 2 ? 4 : 8;
-                p.overlap = i < 2 ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
+                p.block_size = c4 ? 4 : 8;
+                p.overlap = c4 ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
                 p.nope_format = KVC_NOPE_FP8_E4M3;
-                p.kv_block_size = i < 2 ? 64 : 2;
+                p.kv_block_size = c4 ? 64 : 2;
                 p.shuffle = layouts[l];
                 p.seed = seed + (uint64_t)i;
                 n = add_case(list, n, cap, &p);
