@@ -259,15 +259,23 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
      * below: PoCL then lost work-items at them. */
     int fin = bad_rows ? 2 : 1;
     if (pl.nchunk > 1) {
+        /* Chunk states cross work-groups, where OpenCL 1.2 promises nothing for
+         * plain memory (NVIDIA's mem_fence is work-group scoped: the last
+         * group read stale states now and then).  Global atomics are
+         * coherent across work-groups: the states are written with
+         * atomic_xchg, whose returned values are consumed so that every
+         * write is performed before the barrier and the ticket, and read
+         * back with atomic_or(p, 0). */
         if (!bad_rows) {
-            __global float *mine = chunk_states + (o * pl.nchunk + j) * 1536;
+            __global volatile int *mine = (__global volatile int *)(chunk_states + (o * pl.nchunk + j) * 1536);
+            int sink = 0;
             for (int k = 0; k < 2; k++) {
-                mine[2 * q + k] = res.m[k];
-                mine[512 + 2 * q + k] = res.d[k];
-                mine[1024 + 2 * q + k] = res.n[k];
+                sink ^= atomic_xchg(&mine[2 * q + k], as_int(res.m[k]));
+                sink ^= atomic_xchg(&mine[512 + 2 * q + k], as_int(res.d[k]));
+                sink ^= atomic_xchg(&mine[1024 + 2 * q + k], as_int(res.n[k]));
             }
+            if (sink == 0x5A5A5A5A) masked = 2; /* uses sink: waits for the writes */
         }
-        mem_fence(CLK_GLOBAL_MEM_FENCE);
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
         if (q == 0) {
             const int t = atomic_add(&tickets[o], bad_rows ? KVC_CL_BAD_BIT + 1 : 1);
@@ -276,9 +284,8 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         barrier(CLK_LOCAL_MEM_FENCE);
         fin = last;
         if (fin == 1) {
-            mem_fence(CLK_GLOBAL_MEM_FENCE);
             /* canonical merge of the chunks: binary counter over their sizes */
-            __global volatile const float *all = chunk_states + o * pl.nchunk * 1536;
+            __global volatile int *all = (__global volatile int *)(chunk_states + o * pl.nchunk * 1536);
             st2 stack[KVC_CL_CHUNK_STACK];
             long sizes[KVC_CL_CHUNK_STACK];
             int top = -1;
@@ -287,9 +294,9 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
                 kvc_chunk_of(pl.nseg, pl.ch, k, &s0, &sz);
                 top++;
                 for (int u = 0; u < 2; u++) {
-                    stack[top].m[u] = all[k * 1536 + 2 * q + u];
-                    stack[top].d[u] = all[k * 1536 + 512 + 2 * q + u];
-                    stack[top].n[u] = all[k * 1536 + 1024 + 2 * q + u];
+                    stack[top].m[u] = as_float(atomic_or(&all[k * 1536 + 2 * q + u], 0));
+                    stack[top].d[u] = as_float(atomic_or(&all[k * 1536 + 512 + 2 * q + u], 0));
+                    stack[top].n[u] = as_float(atomic_or(&all[k * 1536 + 1024 + 2 * q + u], 0));
                 }
                 sizes[top] = sz;
                 KVC_TREE_PUSH(sizes, top, CL_MERGE);
