@@ -23,7 +23,7 @@ for s in "$@"; do
   case $s in
   golden)
     step golden
-    $D/test_golden $G backend=cuda 2>&1 | tail -2
+    $D/test_golden $G backend=cuda repeat=3 2>&1 | tail -2
     $D/test_semantics backend=cuda 2>&1 | tail -4
     $D/kvc verify --backend cuda --golden $G --random 60 2>&1 | tail -3 ;;
   probe)
@@ -37,7 +37,7 @@ for s in "$@"; do
     $D/kvc bench --backend cuda --cases engine --json $OUT/engine.json > $OUT/engine.txt 2>&1; cat $OUT/engine.txt ;;
   opencl)
     step opencl
-    $D/test_golden $G backend=opencl 2>&1 | tail -2
+    $D/test_golden $G backend=opencl repeat=3 2>&1 | tail -2
     $D/test_semantics backend=opencl 2>&1 | tail -3
     $D/kvc bench --backend opencl --json $OUT/opencl-headline.json > $OUT/opencl-headline.txt 2>&1; tail -3 $OUT/opencl-headline.txt ;;
   sanitize)

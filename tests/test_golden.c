@@ -5,7 +5,9 @@
  * outside the written slots kept its (poisoned) value.
  *
  * usage: test_golden GOLDEN_DIR [dirs=main,edge,...] [backend=cpu|cuda|opencl]
- *                    [formats=int8|fp8|all] [overlap=0|1|all] [threads=N]
+ *                    [formats=int8|fp8|all] [overlap=0|1|all] [threads=N] [repeat=N]
+ * repeat=N runs the selection N times (device backends: a race shows up as a
+ * case that fails in some runs only).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,10 +18,11 @@
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s GOLDEN_DIR [dirs=..] [backend=..] [formats=..] [overlap=..]\n", argv[0]);
+        fprintf(stderr, "usage: %s GOLDEN_DIR [dirs=..] [backend=..] [formats=..] [overlap=..] [repeat=N]\n", argv[0]);
         return 2;
     }
     const char *dirs = "main,engine,edge", *formats = "all", *overlap = "all";
+    int repeat = 1;
     kvc_exec ex;
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CPU;
@@ -28,6 +31,7 @@ int main(int argc, char **argv) {
         else if (!strncmp(argv[i], "formats=", 8)) formats = argv[i] + 8;
         else if (!strncmp(argv[i], "overlap=", 8)) overlap = argv[i] + 8;
         else if (!strncmp(argv[i], "threads=", 8)) ex.num_threads = atoi(argv[i] + 8);
+        else if (!strncmp(argv[i], "repeat=", 7)) repeat = atoi(argv[i] + 7);
         else if (!strncmp(argv[i], "backend=", 8)) {
             if (tu_parse_backend(argv[i] + 8, &ex.backend)) return 2;
         }
@@ -40,6 +44,7 @@ int main(int argc, char **argv) {
     int n = kvc_kit_load_index(argv[1], &cases);
     if (n <= 0) return 1;
     int ran = 0, failed = 0;
+    for (int pass = 0; pass < (repeat > 0 ? repeat : 1); pass++)
     for (int i = 0; i < n; i++) {
         kvc_golden_case *g = &cases[i];
         if (!strstr(dirs, g->dir)) continue;
