@@ -30,40 +30,22 @@ __global__ void rd4(const float4 *p, size_t n, float *sink) {
 }
 
 // The benchmark's access pattern without arithmetic: CTA b reads its own
-// window of R rows of 4 KiB (rows [b*R, b*R+R)), 8 rows (a segment) per
-// step, each thread one 8-byte (T=512) or 16-byte (T=256) piece per row.
-template <int T>
+// window of R rows of 4 KiB (rows [b*R, b*R+R)), STEP rows per step (8 = a
+// segment), each thread one 8-byte (T=512) or 16-byte (T=256) piece per row.
+template <int T, int STEP = 8>
 __global__ void win(const float *p, long long R, float *sink) {
     const char *base = (const char *)p + (size_t)blockIdx.x * R * 4096;
     float acc = 0.f;
-    for (long long r = 0; r < R; r += 8) {
-        float v[8];
+    for (long long r = 0; r < R; r += STEP) {
+        float v[STEP];
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < STEP; i++) {
             const char *row = base + (r + i) * 4096;
             if (T == 512) { float2 x = __ldcs((const float2 *)row + threadIdx.x); v[i] = x.x + x.y; }
             else { float4 x = __ldcs((const float4 *)row + threadIdx.x); v[i] = x.x + x.w; }
         }
 #pragma unroll
-        for (int i = 0; i < 8; i++) acc += v[i];
-    }
-    if (acc == 1234.5f) *sink = acc;
-}
-// Same, 16 rows per step (more loads in flight per thread).
-template <int T>
-__global__ void win16(const float *p, long long R, float *sink) {
-    const char *base = (const char *)p + (size_t)blockIdx.x * R * 4096;
-    float acc = 0.f;
-    for (long long r = 0; r < R; r += 16) {
-        float v[16];
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            const char *row = base + (r + i) * 4096;
-            if (T == 512) { float2 x = __ldcs((const float2 *)row + threadIdx.x); v[i] = x.x + x.y; }
-            else { float4 x = __ldcs((const float4 *)row + threadIdx.x); v[i] = x.x + x.w; }
-        }
-#pragma unroll
-        for (int i = 0; i < 16; i++) acc += v[i];
+        for (int i = 0; i < STEP; i++) acc += v[i];
     }
     if (acc == 1234.5f) *sink = acc;
 }
@@ -121,10 +103,15 @@ __global__ void tma_ring(const float *p, long long R, float *sink) {
     if (acc == 1234.5f) *sink = acc;
 }
 
-template <class F> static double time_us(F launch, void *f, size_t fl, cudaEvent_t e0, cudaEvent_t e1) {
+/* Median time of launch() over 50 calls, the L2 flushed before each by
+ * writing (SPEC 6) or, flush_by_read, by reading the flush buffer. */
+template <class F>
+static double time_us(F launch, void *f, size_t fl, bool flush_by_read, int sms, float *sink, cudaEvent_t e0,
+                      cudaEvent_t e1) {
     std::vector<float> t;
     for (int i = -3; i < 50; i++) {
-        cudaMemsetAsync(f, i & 0xFF, fl);
+        if (flush_by_read) rd<<<sms * 8, 512>>>((const float4 *)f, fl / 16, sink);
+        else cudaMemsetAsync(f, i & 0xFF, fl);
         cudaEventRecord(e0);
         launch();
         cudaEventRecord(e1);
@@ -151,37 +138,44 @@ int main() {
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    size_t sizes[] = {(size_t)32 << 20, (size_t)128 << 20, (size_t)256 << 20, (size_t)512 << 20, big};
+    auto T = [&](auto launch, bool by_read = false) { return time_us(launch, f, fl, by_read, sms, sink, e0, e1); };
+    const float *pf = (const float *)p;
+
     printf("L2 %d MB, flush buffer %zu MB\n", l2 >> 20, fl >> 20);
-    printf("%10s %8s %8s %12s %12s\n", "MB", "kernel", "flush", "median_us", "GB/s");
+    printf("plain streaming read\n%10s %8s %8s %12s %12s\n", "MB", "kernel", "flush", "median_us", "GB/s");
+    size_t sizes[] = {(size_t)32 << 20, (size_t)128 << 20, (size_t)256 << 20, (size_t)512 << 20, big};
     for (size_t b : sizes)
         for (int k = 0; k < 2; k++)
             for (int how = 0; how < 2; how++) {
-                std::vector<float> t;
-                for (int i = -3; i < 50; i++) {
-                    if (how == 0) cudaMemsetAsync(f, i & 0xFF, fl);
-                    else rd<<<sms * 8, 512>>>((const float4 *)f, fl / 16, sink);
-                    cudaEventRecord(e0);
-                    if (k == 0) rd<<<sms * 8, 512>>>((const float4 *)p, b / 16, sink);
-                    else rd4<<<sms * 4, 512>>>((const float4 *)p, b / 16, sink);
-                    cudaEventRecord(e1);
-                    cudaEventSynchronize(e1);
-                    float ms;
-                    cudaEventElapsedTime(&ms, e0, e1);
-                    if (i >= 0) t.push_back(ms);
-                }
-                std::sort(t.begin(), t.end());
-                double us = t[t.size() / 2] * 1e3;
-                printf("%10zu %8s %8s %12.1f %12.1f\n", b >> 20, k ? "rd4" : "rd", how ? "read" : "write", us, b / us / 1e3);
+                const double us = T(
+                    [&] {
+                        if (k == 0) rd<<<sms * 8, 512>>>((const float4 *)p, b / 16, sink);
+                        else rd4<<<sms * 4, 512>>>((const float4 *)p, b / 16, sink);
+                    },
+                    how == 1);
+                printf("%10zu %8s %8s %12.1f %12.1f\n", b >> 20, k ? "rd4" : "rd", how ? "read" : "write", us,
+                       b / us / 1e3);
             }
-    printf("\nTMA ring, NST 3, 256 threads, R 128, SPEC (write) flush: L2 hint none vs evict_first\n");
+
+    printf("\nwindow pattern (write flush): rows per CTA R\n");
+    for (long long rows : {131072LL, 8192LL})
+        for (long long R : {32LL, 128LL, 1024LL}) {
+            const unsigned g = (unsigned)(rows / R);
+            const double a = T([&] { win<512><<<g, 512>>>(pf, R, sink); });
+            const double b = T([&] { win<256><<<g, 256>>>(pf, R, sink); });
+            const double c = T([&] { win<512, 16><<<g, 512>>>(pf, R, sink); });
+            printf("rows %6lld R %5lld: T512x8 %7.1f us %6.0f GB/s | T256x8 %7.1f us | T512x16 %7.1f us\n", rows, R, a,
+                   rows * 4096.0 / a / 1e3, b, c);
+        }
+
+    printf("\nTMA ring, NST 3, 256 threads (write flush): L2 hint none vs evict_first\n");
     cudaFuncSetAttribute(tma_ring<3, 256, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 32768 + 64);
     cudaFuncSetAttribute(tma_ring<3, 256, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 32768 + 64);
     for (long long rows : {131072LL, 32768LL, 8192LL}) {
         const long long R = rows >= 32768 ? 128 : 32;
         const unsigned g = (unsigned)(rows / R);
-        double a = time_us([&] { tma_ring<3, 256, false><<<g, 256, 3 * 32768 + 64>>>((const float *)p, R, sink); }, f, fl, e0, e1);
-        double b = time_us([&] { tma_ring<3, 256, true><<<g, 256, 3 * 32768 + 64>>>((const float *)p, R, sink); }, f, fl, e0, e1);
+        const double a = T([&] { tma_ring<3, 256, false><<<g, 256, 3 * 32768 + 64>>>(pf, R, sink); });
+        const double b = T([&] { tma_ring<3, 256, true><<<g, 256, 3 * 32768 + 64>>>(pf, R, sink); });
         printf("rows %6lld R %4lld: no hint %7.1f us %6.0f GB/s | evict_first %7.1f us %6.0f GB/s\n", rows, R, a,
                rows * 4096.0 / a / 1e3, b, rows * 4096.0 / b / 1e3);
     }
