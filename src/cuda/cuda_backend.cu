@@ -21,6 +21,15 @@
  *     counter) merges them in canonical order and finalises.
  *   - Index values are checked on the device (kvc_check.h); a bad output is
  *     skipped and the first error is recorded in the status word.
+ *
+ * Windows of one segment (C <= 8, or C <= 4 with overlap) go to a second
+ * kernel, compress_small_kernel: a CTA takes K outputs (K sized for one full
+ * wave), resolves all their checks and rows in parallel, then reduces and
+ * finalises them in turn with the next output's loads in flight.
+ *
+ * bench/NOTES.md records every version with its prediction and measurement,
+ * including the experiments that were removed (a cp.async / TMA ring kernel:
+ * commit d61d9d4).
  */
 #include <cuda_runtime.h>
 #include <pthread.h>
