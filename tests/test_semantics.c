@@ -227,8 +227,7 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
     kvc_args a = c.args;
     const int64_t W = a.state_width;
     /* strided state: stride_token = W + 16, stride_block = bs * (W + 16) + 48;
-     * variant bit 3: W + 2 (rows only 8-byte aligned: the CUDA backend's
-     * classic kernel instead of the ring kernel, which needs 16 bytes) */
+     * variant bit 3: W + 2 (rows only 8-byte aligned, not 16) */
     int64_t st_tok = W + ((variant & 8) ? 2 : 16), st_blk = bs * st_tok + 48;
     float *state = malloc(sizeof(float) * (size_t)(a.num_blocks * st_blk));
     for (size_t i = 0; i < (size_t)(a.num_blocks * st_blk); i++) state[i] = NAN; /* gaps are poison */

@@ -69,15 +69,13 @@
 
 
 
-/* One thread's state for N consecutive dims (the classic kernel: N = DPT). */
-template <int N> struct stn {
-    float m[N], d[N], n[N];
+struct stv {
+    float m[DPT], d[DPT], n[DPT];
 };
-typedef stn<DPT> stv;
 
-template <int N> __device__ __forceinline__ void st_merge(stn<N> &a, const stn<N> &b) {
+__device__ __forceinline__ void st_merge(stv &a, const stv &b) {
 #pragma unroll
-    for (int j = 0; j < N; j++) kvc_merge(&a.m[j], &a.d[j], &a.n[j], b.m[j], b.d[j], b.n[j]);
+    for (int j = 0; j < DPT; j++) kvc_merge(&a.m[j], &a.d[j], &a.n[j], b.m[j], b.d[j], b.n[j]);
 }
 
 /* Per-launch constants (one struct, passed by value). */
@@ -133,10 +131,9 @@ __device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long 
 }
 
 /* A segment's data for one thread: 8 rows x (value, score) x DPT dims. */
-template <int N> struct segd {
-    float v[KVC_SEG][N], s[KVC_SEG][N];
+struct seg_data {
+    float v[KVC_SEG][DPT], s[KVC_SEG][DPT];
 };
-typedef segd<DPT> seg_data;
 
 /* Issue the loads of local rows [lr, lr + n) (no use of the data yet).
  * RT: any table with voff[] / soff[] (row_table, small_rows). */
@@ -175,10 +172,10 @@ __device__ __forceinline__ void seg_load(const launch_params &P, const RT *rt, i
 }
 
 /* The canonical segment reduction of loaded data (n rows). */
-template <int N> __device__ __forceinline__ stn<N> seg_compute(const segd<N> &x, int n) {
-    stn<N> st;
+__device__ __forceinline__ stv seg_compute(const seg_data &x, int n) {
+    stv st;
 #pragma unroll
-    for (int j = 0; j < N; j++) {
+    for (int j = 0; j < DPT; j++) {
         st.m[j] = x.s[0][j];
         st.d[j] = 0.0f;
         st.n[j] = 0.0f;
@@ -187,14 +184,14 @@ template <int N> __device__ __forceinline__ stn<N> seg_compute(const segd<N> &x,
     for (int i = 1; i < KVC_SEG; i++)
         if (i < n)
 #pragma unroll
-            for (int j = 0; j < N; j++) st.m[j] = kvc_max(st.m[j], x.s[i][j]);
+            for (int j = 0; j < DPT; j++) st.m[j] = kvc_max(st.m[j], x.s[i][j]);
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++)
         if (i < n)
 #pragma unroll
-            for (int j = 0; j < N; j++) kvc_seg_step(st.m[j], x.s[i][j], x.v[i][j], &st.d[j], &st.n[j]);
+            for (int j = 0; j < DPT; j++) kvc_seg_step(st.m[j], x.s[i][j], x.v[i][j], &st.d[j], &st.n[j]);
 #pragma unroll
-    for (int j = 0; j < N; j++) kvc_seg_close(st.m[j], &st.d[j], &st.n[j]);
+    for (int j = 0; j < DPT; j++) kvc_seg_close(st.m[j], &st.d[j], &st.n[j]);
     return st;
 }
 
@@ -395,32 +392,32 @@ __device__ int finalize(const launch_params &P, long long slot, const float c[4]
 }
 
 /* Thread state <-> a [3][512] float array (shared or global). */
-template <int N> __device__ __forceinline__ void st_store(const stn<N> &st, float *dst, int q) {
+__device__ __forceinline__ void st_store(const stv &st, float *dst, int q) {
 #pragma unroll
-    for (int j = 0; j < N; j++) {
-        dst[N * q + j] = st.m[j];
-        dst[512 + N * q + j] = st.d[j];
-        dst[1024 + N * q + j] = st.n[j];
+    for (int j = 0; j < DPT; j++) {
+        dst[DPT * q + j] = st.m[j];
+        dst[512 + DPT * q + j] = st.d[j];
+        dst[1024 + DPT * q + j] = st.n[j];
     }
 }
-template <int N> __device__ __forceinline__ stn<N> st_load(const float *src, int q) {
-    stn<N> st;
+__device__ __forceinline__ stv st_load(const float *src, int q) {
+    stv st;
 #pragma unroll
-    for (int j = 0; j < N; j++) {
-        st.m[j] = __ldcg(src + N * q + j);
-        st.d[j] = __ldcg(src + 512 + N * q + j);
-        st.n[j] = __ldcg(src + 1024 + N * q + j);
+    for (int j = 0; j < DPT; j++) {
+        st.m[j] = __ldcg(src + DPT * q + j);
+        st.d[j] = __ldcg(src + 512 + DPT * q + j);
+        st.n[j] = __ldcg(src + 1024 + DPT * q + j);
     }
     return st;
 }
 
 /* Merge n consecutive chunk states (a complete subtree, n a power of two
  * <= 8): all loads are issued first, then the tree is merged in registers. */
-template <int N> __device__ stn<N> merge_chunks_tree(const float *base, long long k0, int n, int q) {
-    stn<N> acc[8];
+__device__ stv merge_chunks_tree(const float *base, long long k0, int n, int q) {
+    stv acc[8];
 #pragma unroll
     for (int k = 0; k < 8; k++)
-        if (k < n) acc[k] = st_load<N>(base + (k0 + k) * (3 * 512), q);
+        if (k < n) acc[k] = st_load(base + (k0 + k) * (3 * 512), q);
 #pragma unroll
     for (int w = 1; w < 8; w *= 2)
 #pragma unroll
@@ -533,7 +530,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
         /* all chunks full and a power-of-two count: lanes merge complete subtrees */
         const int la = P.nchunk < P.lanes ? (int)P.nchunk : P.lanes;
         const int per = (int)(P.nchunk / la);
-        if (lane < la) st = merge_chunks_tree<DPT>(base, lane * per, per, q);
+        if (lane < la) st = merge_chunks_tree(base, lane * per, per, q);
         merge_lanes(st, lane, la, q, smem);
     } else if (lane == 0) {
         /* general: canonical binary counter over chunk sizes */
@@ -544,7 +541,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
             int64_t s0, sz;
             kvc_chunk_of(P.nseg, P.ch, k, &s0, &sz);
             top++;
-            stack[top] = st_load<DPT>(base + k * (3 * 512), q);
+            stack[top] = st_load(base + k * (3 * 512), q);
             sizes[top] = sz;
             while (top >= 1 && sizes[top - 1] == sizes[top]) {
                 st_merge(stack[top - 1], stack[top]);
