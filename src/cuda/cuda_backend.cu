@@ -200,18 +200,20 @@ __device__ __forceinline__ int seg_rows(const launch_params &P, long long sg) {
     return (int)((P.rows - g0) < KVC_SEG ? (P.rows - g0) : KVC_SEG);
 }
 
-/* The common case, as straight-line code: 8 rows, no overlap (no masked
- * rows; a bad block skipped the whole CTA), 8-byte loads.  No per-row
- * branches or predicates, so all 16 loads issue back to back (the generic
- * path spent ~25 instructions per row on them). */
-__device__ __forceinline__ void seg_load_full(const launch_params &P, const row_table *rt, int lr, int q,
-                                              seg_data &x) {
+/* The common case, as straight-line code: 8 rows, none masked (a bad block
+ * skipped the output), 8-byte loads.  No per-row branches or predicates, so
+ * all 16 loads issue back to back (the generic path spent ~25 instructions
+ * per row on them).  Scores at value + 512 (no overlap), or, with
+ * SCORES_FROM_TABLE, at the table's soff (overlap rows: the small kernel). */
+template <bool SCORES_FROM_TABLE = false, class RT>
+__device__ __forceinline__ void seg_load_full(const launch_params &P, const RT *rt, int lr, int q, seg_data &x) {
     const float *base = P.a.state_cache;
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++) {
         const float *row = base + rt->voff[lr + i];
+        const float *srow = SCORES_FROM_TABLE ? base + rt->soff[lr + i] : row + 512;
         const float2 a = __ldcs(reinterpret_cast<const float2 *>(row) + q);
-        const float2 b = __ldcs(reinterpret_cast<const float2 *>(row + 512) + q);
+        const float2 b = __ldcs(reinterpret_cast<const float2 *>(srow) + q);
         x.v[i][0] = a.x;
         x.v[i][DPT - 1] = a.y;
         x.s[i][0] = b.x;
@@ -646,16 +648,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
      * the same for the whole CTA */
     auto load = [&](int k, seg_data &x) {
         if (rows == KVC_SEG && P.vec && !s_masked[k]) {
-            const float *base = a.state_cache;
-#pragma unroll
-            for (int i = 0; i < KVC_SEG; i++) {
-                const float2 v = __ldcs(reinterpret_cast<const float2 *>(base + rt.voff[k * KVC_SEG + i]) + q);
-                const float2 w = __ldcs(reinterpret_cast<const float2 *>(base + rt.soff[k * KVC_SEG + i]) + q);
-                x.v[i][0] = v.x;
-                x.v[i][DPT - 1] = v.y;
-                x.s[i][0] = w.x;
-                x.s[i][DPT - 1] = w.y;
-            }
+            seg_load_full<true>(P, &rt, k * KVC_SEG, q, x); /* overlap: score halves not at +512 */
         } else {
             seg_load(P, &rt, k * KVC_SEG, rows, q, x);
         }
