@@ -206,28 +206,83 @@ __device__ __forceinline__ int seg_rows(const launch_params &P, long long sg) {
  * per row on them).  Scores at value + 512 (no overlap), or, with
  * SCORES_FROM_TABLE, at the table's soff (overlap rows: the small kernel). */
 template <bool SCORES_FROM_TABLE = false, class RT>
-__device__ __forceinline__ void seg_load_full(const launch_params &P, const RT *rt, int lr, int q, seg_data &x) {
+__device__ __forceinline__ void seg_load_row(const launch_params &P, const RT *rt, int lr, int q, seg_data &x, int i) {
     const float *base = P.a.state_cache;
+    const float *row = base + rt->voff[lr];
+    const float *srow = SCORES_FROM_TABLE ? base + rt->soff[lr] : row + 512;
+    const float2 a = __ldcs(reinterpret_cast<const float2 *>(row) + q);
+    const float2 b = __ldcs(reinterpret_cast<const float2 *>(srow) + q);
+    x.v[i][0] = a.x;
+    x.v[i][DPT - 1] = a.y;
+    x.s[i][0] = b.x;
+    x.s[i][DPT - 1] = b.y;
+}
+template <bool SCORES_FROM_TABLE = false, class RT>
+__device__ __forceinline__ void seg_load_full(const launch_params &P, const RT *rt, int lr, int q, seg_data &x) {
+#pragma unroll
+    for (int i = 0; i < KVC_SEG; i++) seg_load_row<SCORES_FROM_TABLE>(P, rt, lr + i, q, x, i);
+}
+
+/*
+ * seg_compute of a full segment (8 rows), and, with NEXT, the next full
+ * segment (local rows lr_next ..) loaded into x row by row: row i's loads
+ * may issue as soon as row i's values and scores are consumed, with no
+ * registers beyond x's own.  The compiler still places them by its own
+ * register budget (mostly late in the segment), but the code between the
+ * segments of a subtree is one basic block, so it can overlap each
+ * segment's loads with arithmetic; the per-segment branch of the generic
+ * path below prevented that (v12: 192 -> 160 us at 131k tokens).
+ */
+template <bool NEXT, bool SCORES_FROM_TABLE = false, class RT>
+__device__ __forceinline__ stv seg_compute_roll(const launch_params &P, const RT *rt, int lr_next, int q,
+                                                seg_data &x) {
+    stv st;
+#pragma unroll
+    for (int j = 0; j < DPT; j++) {
+        st.m[j] = x.s[0][j];
+        st.d[j] = 0.0f;
+        st.n[j] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 1; i < KVC_SEG; i++)
+#pragma unroll
+        for (int j = 0; j < DPT; j++) st.m[j] = kvc_max(st.m[j], x.s[i][j]);
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++) {
-        const float *row = base + rt->voff[lr + i];
-        const float *srow = SCORES_FROM_TABLE ? base + rt->soff[lr + i] : row + 512;
-        const float2 a = __ldcs(reinterpret_cast<const float2 *>(row) + q);
-        const float2 b = __ldcs(reinterpret_cast<const float2 *>(srow) + q);
-        x.v[i][0] = a.x;
-        x.v[i][DPT - 1] = a.y;
-        x.s[i][0] = b.x;
-        x.s[i][DPT - 1] = b.y;
+#pragma unroll
+        for (int j = 0; j < DPT; j++) kvc_seg_step(st.m[j], x.s[i][j], x.v[i][j], &st.d[j], &st.n[j]);
+        if (NEXT) seg_load_row<SCORES_FROM_TABLE>(P, rt, lr_next + i, q, x, i);
+    }
+#pragma unroll
+    for (int j = 0; j < DPT; j++) kvc_seg_close(st.m[j], &st.d[j], &st.n[j]);
+    return st;
+}
+
+/* A complete subtree of KK full segments from local row lr whose first
+ * segment is already in x (loads issued); on return x holds the segment
+ * after the subtree (loads in flight) when MORE.  Canonical tree order. */
+template <int KK, bool MORE>
+__device__ __forceinline__ stv subtree_full(const launch_params &P, const row_table *rt, int lr, int q,
+                                            seg_data &x) {
+    if constexpr (KK == 1) {
+        return seg_compute_roll<MORE>(P, rt, lr + KVC_SEG, q, x);
+    } else {
+        /* (parking A in shared memory instead of registers while B is
+         * reduced measured 3-5% slower: bench/NOTES.md) */
+        stv A = subtree_full<KK / 2, true>(P, rt, lr, q, x);
+        stv B = subtree_full<KK / 2, MORE>(P, rt, lr + (KK / 2) * KVC_SEG, q, x);
+        st_merge(A, B);
+        return A;
     }
 }
 
 /*
- * A thread's complete subtree of kk (a power of two <= 16) consecutive
- * segments from segment sg (r0: the chunk's first row): one fully unrolled
- * body per kk, so the compiler hoists the loads of later segments above
- * earlier arithmetic (memory parallelism).  A runtime loop over segments or
- * over pairs of segments kept the code small but measured slower (v8, v9 in
- * bench/NOTES.md) and was removed.
+ * The generic path: a thread's complete subtree of kk (a power of two <=
+ * 16) consecutive segments from segment sg (r0: the chunk's first row), any
+ * rows (a partial last segment, masked overlap rows, unaligned rows).  One
+ * unrolled body per kk; a runtime loop over segments measured slower (v8,
+ * v9 in bench/NOTES.md).  Subtrees of full, aligned segments without
+ * overlap take subtree_full instead (see subtree_rt).
  */
 template <int KK>
 __device__ __forceinline__ stv subtree(const launch_params &P, const row_table *rt, long long r0, long long sg,
@@ -249,8 +304,20 @@ __device__ __forceinline__ stv subtree(const launch_params &P, const row_table *
     }
 }
 
-__device__ stv subtree_rt(const launch_params &P, const row_table *rt, long long r0, long long sg, long long kk,
-                          int q) {
+__device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_table *rt, long long r0, long long sg,
+                                          long long kk, int q) {
+    if (DPT == 2 && P.fast && (sg + kk) * KVC_SEG <= P.rows) { /* all kk segments full: no branches */
+        const int lr = (int)(sg * KVC_SEG - r0);
+        seg_data x;
+        seg_load_full(P, rt, lr, q, x);
+        switch (kk) {
+        case 1: return subtree_full<1, false>(P, rt, lr, q, x);
+        case 2: return subtree_full<2, false>(P, rt, lr, q, x);
+        case 4: return subtree_full<4, false>(P, rt, lr, q, x);
+        case 8: return subtree_full<8, false>(P, rt, lr, q, x);
+        default: return subtree_full<16, false>(P, rt, lr, q, x);
+        }
+    }
     switch (kk) {
     case 1: return subtree<1>(P, rt, r0, sg, q);
     case 2: return subtree<2>(P, rt, r0, sg, q);
@@ -270,16 +337,15 @@ __device__ void record_error(kvc_device_status *st, int check, long long o, long
 
 __device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull); }
 
-/* OR of a flag over threads 0..127 (named barrier 1); flag: 4 floats of
- * shared scratch, used as one int.  Every one of the 128 threads must call. */
-__device__ __forceinline__ int or_across_128(int v, float *flag) {
-    int *f = reinterpret_cast<int *>(flag);
-    if (threadIdx.x == 0) *f = 0;
-    asm volatile("bar.sync 1, 128;");
-    if (v) *f = 1;
-    asm volatile("bar.sync 1, 128;");
-    const int r = *f;
-    asm volatile("bar.sync 1, 128;"); /* everyone read before the next reset */
+/* OR of a flag over threads 0..127: one barrier-with-reduction (named
+ * barrier 3, used for nothing else).  Every one of the 128 threads must call. */
+__device__ __forceinline__ int or_across_128(int v) {
+    int r;
+    asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.s32 p, %1, 0;\n\tbar.red.or.pred q, 3, 128, p;\n\t"
+                 "selp.s32 %0, 1, 0, q;\n\t}"
+                 : "=r"(r)
+                 : "r"(v)
+                 : "memory");
     return r;
 }
 
@@ -381,7 +447,7 @@ __device__ int finalize(const launch_params &P, long long slot, const float c[4]
         nout = 8;
     }
     /* block-wide OR over the 128 finalising threads */
-    bad = or_across_128(bad, red + 4);
+    bad = or_across_128(bad);
     if (q < 112) {
         for (int j = 0; j < 4; j++) payload[4 * q + j] = bad ? 0 : out[j];
         if ((q & 15) == 0) scales[q >> 4] = bad ? 0xFF : (uint8_t)(e + 127);
@@ -570,7 +636,10 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
  * flight during the current one's finalisation.
  */
 #define SMALL_K 32 /* outputs per CTA at most */
-#define SMALL_MINB 3 /* resident CTAs per SM asked of the compiler */
+#ifndef KVC_CUDA_SMALL_MINB
+#define KVC_CUDA_SMALL_MINB 3 /* small kernel: resident CTAs per SM asked of the compiler */
+#endif
+#define SMALL_MINB KVC_CUDA_SMALL_MINB
 
 struct small_rows {
     long long voff[SMALL_K * KVC_SEG], soff[SMALL_K * KVC_SEG];
@@ -645,7 +714,8 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     };
     /* 8 unmasked rows and 8-byte loads (all but a request's first windows):
      * straight-line loads, no per-row branches; the choice is per output,
-     * the same for the whole CTA */
+     * the same for the whole CTA.  (Copying windows into shared memory with
+     * cp.async two outputs ahead measured 13% slower: bench/NOTES.md.) */
     auto load = [&](int k, seg_data &x) {
         if (rows == KVC_SEG && P.vec && !s_masked[k]) {
             seg_load_full<true>(P, &rt, k * KVC_SEG, q, x); /* overlap: score halves not at +512 */
@@ -653,6 +723,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
             seg_load(P, &rt, k * KVC_SEG, rows, q, x);
         }
     };
+    int written = 0, nonfinite = 0; /* thread 0's counts (bad: thread 0's return) */
     int k = next_live(0);
     seg_data x;
     if (k < kn) load(k, x);
@@ -669,14 +740,17 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
 #pragma unroll
             for (int j = 0; j < 4; j++) c[j] = cbuf[4 * q + j];
             const int bad = finalize(P, s_slot[k], c, q, cbuf + 512, f);
-            if (q == 0) {
-                count(&P.status->outputs_written);
-                if (bad) count(&P.status->outputs_nonfinite);
-            }
+            written++;
+            nonfinite += bad;
         }
         __syncthreads(); /* cbuf is free again */
         k = kk;
     }
+    /* one atomic per CTA and counter, not one per output */
+    if (q == 0 && written)
+        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_written), (unsigned long long)written);
+    if (q == 0 && nonfinite)
+        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), (unsigned long long)nonfinite);
 }
 
 /* ---- host side --------------------------------------------------------- */
@@ -791,8 +865,12 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
         static int sms[64];
         if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
             sms[dev] = 132;
+        /* K balanced over whole waves: the fewest waves that K <= SMALL_K
+         * allows, then the smallest K that fills them (32768 outputs: 3 waves
+         * of K = 28, not 2.6 waves of K = 32 with a 60%-full last wave) */
         const long long slots = (long long)SMALL_MINB * sms[dev];
-        long long k = (nout + slots - 1) / slots;
+        const long long waves = (nout + slots * SMALL_K - 1) / (slots * SMALL_K);
+        long long k = (nout + slots * waves - 1) / (slots * waves);
         P.small_k = (int)(k < 1 ? 1 : k > SMALL_K ? SMALL_K : k);
         const long long sb = (nout + P.small_k - 1) / P.small_k;
         if (sb > 0x7FFFFFFFLL)
