@@ -60,7 +60,10 @@
 #endif
 #define DPT KVC_CUDA_DPT
 #define DG (512 / DPT)         /* threads per lane                         */
-#define MAX_LANES (DPT == 2 ? 2 : 1) /* lanes per CTA -> 512 threads       */
+#ifndef KVC_CUDA_LANES
+#define KVC_CUDA_LANES 2       /* lanes per CTA (DPT 2): 1 or 2             */
+#endif
+#define MAX_LANES (DPT == 2 ? KVC_CUDA_LANES : 1) /* lanes per CTA          */
 #define MAX_CH 16              /* segments per chunk                       */
 #define MAX_CHUNK_ROWS (8 * MAX_CH)
 #define STACK_MAX 48           /* chunk-merge stack depth (any S < 2^47)   */
@@ -649,7 +652,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     __shared__ small_rows rt; /* rows of output k: 8k .. 8k+7           */
     __shared__ long long s_slot[SMALL_K], s_pc[SMALL_K], s_r[SMALL_K], s_p[SMALL_K], s_badg[SMALL_K];
     __shared__ int s_ok[SMALL_K], s_bad[SMALL_K], s_masked[SMALL_K];
-    __shared__ float cbuf[512 + 8];
+    __shared__ float cbufs[2][512 + 8]; /* c and the finaliser's scratch, alternating per output */
     const kvc_args &a = P.a;
     const int q = threadIdx.x;
     const long long o0 = (long long)blockIdx.x * P.small_k;
@@ -727,7 +730,8 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     int k = next_live(0);
     seg_data x;
     if (k < kn) load(k, x);
-    while (k < kn) {
+    for (int b = 0; k < kn; b ^= 1) {
+        float *cbuf = cbufs[b]; /* last used two outputs ago: every thread passed a barrier since */
         fin_load_cos_sin(P, s_pc[k], q, f);
         const stv st = seg_compute(x, rows);
         const int kk = next_live(k + 1);
@@ -743,7 +747,6 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
             written++;
             nonfinite += bad;
         }
-        __syncthreads(); /* cbuf is free again */
         k = kk;
     }
     /* one atomic per CTA and counter, not one per output */
