@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef __APPLE__
@@ -99,7 +100,23 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
         pthread_mutex_unlock(&g_lock);
         return cl_fail(err, "clCreateProgramWithSource");
     }
-    err = clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt", NULL, NULL);
+    /* KVC_OPENCL_BUILD_OPTIONS (tuning and diagnosis, bench/NOTES.md): extra
+     * options appended, e.g. "-cl-nv-maxrregcount=64 -cl-nv-verbose" on
+     * NVIDIA; KVC_OPENCL_BUILD_LOG=1 prints the build log to stderr. */
+    char opts[512] = "-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt";
+    cl_device_type type = 0;
+    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    if (!(type & CL_DEVICE_TYPE_CPU)) /* straight-line full chunks: see KVC_CL_STRAIGHT in kvc_kernel.cl */
+        strcat(opts, " -DKVC_CL_STRAIGHT=1");
+    const char *extra = getenv("KVC_OPENCL_BUILD_OPTIONS");
+    if (extra && *extra) snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " %s", extra);
+    err = clBuildProgram(prog, 1, &dev, opts, NULL, NULL);
+    const char *show = getenv("KVC_OPENCL_BUILD_LOG");
+    if (show && *show == '1') {
+        char log[8192] = "";
+        clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+        fprintf(stderr, "kvcompress: OpenCL build options \"%s\": %d\n%s\n", opts, (int)err, log);
+    }
     if (err != CL_SUCCESS) {
         char log[2048] = "";
         clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
