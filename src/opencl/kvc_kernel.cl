@@ -130,7 +130,6 @@ static st2 reduce_segments(const kvc_cl_plan *pl, __global const float *state, _
  * hand (no private arrays indexed at run time: those live in memory), so one
  * segment's loads can overlap another's arithmetic: on the H200 this path
  * took the 131k-token cases from 318 to 192 us, exact on all golden cases.
- * sub_full_8 computes 8 segment states, then their tree.
  *
  * KVC_CL_STRAIGHT (set by the host for GPU devices) enables it.  PoCL 3.1
  * (Debian 12, CI) computes wrong bytes with it -- with this form, with
@@ -164,28 +163,32 @@ static inline void sub_full_1(__global const float *state, __local const long *r
     kvc_seg_close(r.m[1], &r.d[1], &r.n[1]);
     *out = r;
 }
+/* 8 segments in tree order, merging as soon as both halves exist (at most
+ * four segment states live: fewer registers than all eight first). */
 static inline void sub_full_8(__global const float *state, __local const long *rowoff, long sdelta, int lr, int q,
                               st2 *out) {
-    st2 t1, t2, t3, t4, t5, t6, t7;
+    st2 b, c, d;
     sub_full_1(state, rowoff, sdelta, lr, q, out);
-    sub_full_1(state, rowoff, sdelta, lr + 8, q, &t1);
-    sub_full_1(state, rowoff, sdelta, lr + 16, q, &t2);
-    sub_full_1(state, rowoff, sdelta, lr + 24, q, &t3);
-    sub_full_1(state, rowoff, sdelta, lr + 32, q, &t4);
-    sub_full_1(state, rowoff, sdelta, lr + 40, q, &t5);
-    sub_full_1(state, rowoff, sdelta, lr + 48, q, &t6);
-    sub_full_1(state, rowoff, sdelta, lr + 56, q, &t7);
-    st_merge(out, &t1);
-    st_merge(&t2, &t3);
-    st_merge(&t4, &t5);
-    st_merge(&t6, &t7);
-    st_merge(out, &t2);
-    st_merge(&t4, &t6);
-    st_merge(out, &t4);
+    sub_full_1(state, rowoff, sdelta, lr + 8, q, &b);
+    st_merge(out, &b);
+    sub_full_1(state, rowoff, sdelta, lr + 16, q, &c);
+    sub_full_1(state, rowoff, sdelta, lr + 24, q, &d);
+    st_merge(&c, &d);
+    st_merge(out, &c);
+    sub_full_1(state, rowoff, sdelta, lr + 32, q, &b);
+    sub_full_1(state, rowoff, sdelta, lr + 40, q, &c);
+    st_merge(&b, &c);
+    sub_full_1(state, rowoff, sdelta, lr + 48, q, &c);
+    sub_full_1(state, rowoff, sdelta, lr + 56, q, &d);
+    st_merge(&c, &d);
+    st_merge(&b, &c);
+    st_merge(out, &b);
 }
 
 /* A chunk of count full, present segments (a power of two, as every
- * chunk): blocks of 8 (single segments below 8) through the counter. */
+ * chunk): blocks of 8 (single segments below 8) through the binary
+ * counter.  (Two blocks of 8 inlined for count = 16 instead of the loop ran
+ * the 131k-token cases at 360 us instead of 192: bench/NOTES.md.) */
 static st2 reduce_full(__global const float *state, __local const long *rowoff, long sdelta, long count, int q) {
     st2 stack[KVC_CL_SEG_STACK];
     long sizes[KVC_CL_SEG_STACK];
