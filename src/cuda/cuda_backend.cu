@@ -213,12 +213,17 @@ __device__ __forceinline__ void seg_load_row(const launch_params &P, const RT *r
     const float *base = P.a.state_cache;
     const float *row = base + rt->voff[lr];
     const float *srow = SCORES_FROM_TABLE ? base + rt->soff[lr] : row + 512;
-    const float2 a = __ldcs(reinterpret_cast<const float2 *>(row) + q);
-    const float2 b = __ldcs(reinterpret_cast<const float2 *>(srow) + q);
-    x.v[i][0] = a.x;
-    x.v[i][DPT - 1] = a.y;
-    x.s[i][0] = b.x;
-    x.s[i][DPT - 1] = b.y;
+    if constexpr (DPT == 2) {
+        const float2 a = __ldcs(reinterpret_cast<const float2 *>(row) + q);
+        const float2 b = __ldcs(reinterpret_cast<const float2 *>(srow) + q);
+        x.v[i][0] = a.x;
+        x.v[i][DPT - 1] = a.y;
+        x.s[i][0] = b.x;
+        x.s[i][DPT - 1] = b.y;
+    } else {
+        x.v[i][0] = __ldcs(row + q);
+        x.s[i][0] = __ldcs(srow + q);
+    }
 }
 template <bool SCORES_FROM_TABLE = false, class RT>
 __device__ __forceinline__ void seg_load_full(const launch_params &P, const RT *rt, int lr, int q, seg_data &x) {
@@ -293,7 +298,7 @@ __device__ __forceinline__ stv subtree(const launch_params &P, const row_table *
     if constexpr (KK == 1) {
         seg_data x;
         const int n = seg_rows(P, sg);
-        if (DPT == 2 && P.fast && n == KVC_SEG) {
+        if (P.fast && n == KVC_SEG) {
             seg_load_full(P, rt, (int)(sg * KVC_SEG - r0), q, x);
             return seg_compute(x, KVC_SEG);
         }
@@ -309,7 +314,7 @@ __device__ __forceinline__ stv subtree(const launch_params &P, const row_table *
 
 __device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_table *rt, long long r0, long long sg,
                                           long long kk, int q) {
-    if (DPT == 2 && P.fast && (sg + kk) * KVC_SEG <= P.rows) { /* all kk segments full: no branches */
+    if (P.fast && (sg + kk) * KVC_SEG <= P.rows) { /* all kk segments full: no branches */
         const int lr = (int)(sg * KVC_SEG - r0);
         seg_data x;
         seg_load_full(P, rt, lr, q, x);
