@@ -174,8 +174,10 @@ __device__ __forceinline__ void seg_load(const launch_params &P, const RT *rt, i
     }
 }
 
-/* The canonical segment reduction of loaded data (n rows). */
-__device__ __forceinline__ stv seg_compute(const seg_data &x, int n) {
+/* The canonical segment reduction of loaded data (n rows); after_row(i)
+ * runs once row i's values and scores are consumed (seg_compute_roll). */
+template <class AfterRow>
+__device__ __forceinline__ stv seg_reduce_rows(const seg_data &x, int n, AfterRow after_row) {
     stv st;
 #pragma unroll
     for (int j = 0; j < DPT; j++) {
@@ -189,13 +191,18 @@ __device__ __forceinline__ stv seg_compute(const seg_data &x, int n) {
 #pragma unroll
             for (int j = 0; j < DPT; j++) st.m[j] = kvc_max(st.m[j], x.s[i][j]);
 #pragma unroll
-    for (int i = 0; i < KVC_SEG; i++)
+    for (int i = 0; i < KVC_SEG; i++) {
         if (i < n)
 #pragma unroll
             for (int j = 0; j < DPT; j++) kvc_seg_step(st.m[j], x.s[i][j], x.v[i][j], &st.d[j], &st.n[j]);
+        after_row(i);
+    }
 #pragma unroll
     for (int j = 0; j < DPT; j++) kvc_seg_close(st.m[j], &st.d[j], &st.n[j]);
     return st;
+}
+__device__ __forceinline__ stv seg_compute(const seg_data &x, int n) {
+    return seg_reduce_rows(x, n, [](int) {});
 }
 
 __device__ __forceinline__ int seg_rows(const launch_params &P, long long sg) {
@@ -244,26 +251,9 @@ __device__ __forceinline__ void seg_load_full(const launch_params &P, const RT *
 template <bool NEXT, bool SCORES_FROM_TABLE = false, class RT>
 __device__ __forceinline__ stv seg_compute_roll(const launch_params &P, const RT *rt, int lr_next, int q,
                                                 seg_data &x) {
-    stv st;
-#pragma unroll
-    for (int j = 0; j < DPT; j++) {
-        st.m[j] = x.s[0][j];
-        st.d[j] = 0.0f;
-        st.n[j] = 0.0f;
-    }
-#pragma unroll
-    for (int i = 1; i < KVC_SEG; i++)
-#pragma unroll
-        for (int j = 0; j < DPT; j++) st.m[j] = kvc_max(st.m[j], x.s[i][j]);
-#pragma unroll
-    for (int i = 0; i < KVC_SEG; i++) {
-#pragma unroll
-        for (int j = 0; j < DPT; j++) kvc_seg_step(st.m[j], x.s[i][j], x.v[i][j], &st.d[j], &st.n[j]);
+    return seg_reduce_rows(x, KVC_SEG, [&](int i) {
         if (NEXT) seg_load_row<SCORES_FROM_TABLE>(P, rt, lr_next + i, q, x, i);
-    }
-#pragma unroll
-    for (int j = 0; j < DPT; j++) kvc_seg_close(st.m[j], &st.d[j], &st.n[j]);
-    return st;
+    });
 }
 
 /* A complete subtree of KK full segments from local row lr whose first
