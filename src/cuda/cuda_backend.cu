@@ -50,9 +50,6 @@
 #ifndef KVC_CUDA_LDHINT
 #define KVC_CUDA_LDHINT 0      /* state loads: 0 __ldcs (streaming), 1 __ldg */
 #endif
-#ifndef KVC_CUDA_TMA
-#define KVC_CUDA_TMA 0         /* 1: full subtrees stage each segment in shared memory by TMA */
-#endif
 #ifndef KVC_CUDA_CHDIV
 #define KVC_CUDA_CHDIV 528     /* chunk size ~ total segments / CHDIV       */
 #endif
@@ -98,7 +95,6 @@ struct launch_params {
     int uniform;                /* all chunks full, nchunk a power of 2 <= 8 L   */
     int vec;                    /* 8-byte loads allowed (alignment)              */
     int fast;                   /* vec and no overlap: straight-line full segments */
-    int tma;                    /* fast, 16-byte rows, KVC_CUDA_TMA: TMA-staged segments */
     int small_k;                /* one-segment windows: outputs per CTA            */
 };
 
@@ -279,67 +275,6 @@ __device__ __forceinline__ stv subtree_full(const launch_params &P, const row_ta
 }
 
 /*
- * TMA staging (KVC_CUDA_TMA): a lane's next segment (8 rows of 4 KiB,
- * values then scores) is copied into the lane's 32 KiB shared-memory stage
- * by the bulk-copy engine while the lane computes the current one from
- * registers; no registers hold data in flight.  Per segment: wait on the
- * lane's mbarrier, read this thread's 2 dims of the 8 rows, a lane barrier
- * (everyone has read), the lane's first thread issues the next 8 copies.
- */
-struct tma_lane {
-    float *stage;        /* [8][1024] */
-    unsigned bar;        /* mbarrier (shared address) */
-    int barrier_id;      /* named barrier of the lane */
-    int phase;           /* segments consumed so far */
-};
-__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void tma_issue(const launch_params &P, const row_table *rt, int lr, const tma_lane &t) {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the lane's reads before the async writes */
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(t.bar), "r"(8 * 4096) : "memory");
-#pragma unroll
-    for (int i = 0; i < KVC_SEG; i++)
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 4096, [%2];" ::"r"(
-                         smem_u32(t.stage + i * 1024)),
-                     "l"(P.a.state_cache + rt->voff[lr + i]), "r"(t.bar)
-                     : "memory");
-}
-template <bool MORE>
-__device__ __forceinline__ stv seg_tma(const launch_params &P, const row_table *rt, int lr, int q, tma_lane &t) {
-    asm volatile("{\n .reg .pred P1;\n WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-                 " @!P1 bra WAIT_%=;\n}" ::"r"(t.bar),
-                 "r"(t.phase & 1)
-                 : "memory");
-    t.phase++;
-    seg_data x;
-#pragma unroll
-    for (int i = 0; i < KVC_SEG; i++) {
-        const float2 v = reinterpret_cast<const float2 *>(t.stage + i * 1024)[q];
-        const float2 sc = reinterpret_cast<const float2 *>(t.stage + i * 1024 + 512)[q];
-        x.v[i][0] = v.x;
-        x.v[i][DPT - 1] = v.y;
-        x.s[i][0] = sc.x;
-        x.s[i][DPT - 1] = sc.y;
-    }
-    if (t.barrier_id == 4) /* immediate barrier ids: lane 0 uses 4, lane 1 uses 5 */
-        asm volatile("bar.sync 4, %0;" ::"n"(DG) : "memory");
-    else
-        asm volatile("bar.sync 5, %0;" ::"n"(DG) : "memory");
-    if (MORE && q == 0) tma_issue(P, rt, lr + KVC_SEG, t);
-    return seg_compute(x, KVC_SEG);
-}
-template <int KK, bool MORE>
-__device__ __forceinline__ stv subtree_tma(const launch_params &P, const row_table *rt, int lr, int q, tma_lane &t) {
-    if constexpr (KK == 1) {
-        return seg_tma<MORE>(P, rt, lr, q, t);
-    } else {
-        stv A = subtree_tma<KK / 2, true>(P, rt, lr, q, t);
-        stv B = subtree_tma<KK / 2, MORE>(P, rt, lr + (KK / 2) * KVC_SEG, q, t);
-        st_merge(A, B);
-        return A;
-    }
-}
-
-/*
  * The generic path: a thread's complete subtree of kk (a power of two <=
  * 16) consecutive segments from segment sg (r0: the chunk's first row), any
  * rows (a partial last segment, masked overlap rows, unaligned rows).  One
@@ -368,18 +303,7 @@ __device__ __forceinline__ stv subtree(const launch_params &P, const row_table *
 }
 
 __device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_table *rt, long long r0, long long sg,
-                                          long long kk, int q, tma_lane *t) {
-    if (DPT == 2 && KVC_CUDA_TMA && P.tma && (sg + kk) * KVC_SEG <= P.rows) {
-        const int lr = (int)(sg * KVC_SEG - r0);
-        if (q == 0) tma_issue(P, rt, lr, *t);
-        switch (kk) {
-        case 1: return subtree_tma<1, false>(P, rt, lr, q, *t);
-        case 2: return subtree_tma<2, false>(P, rt, lr, q, *t);
-        case 4: return subtree_tma<4, false>(P, rt, lr, q, *t);
-        case 8: return subtree_tma<8, false>(P, rt, lr, q, *t);
-        default: return subtree_tma<16, false>(P, rt, lr, q, *t);
-        }
-    }
+                                          long long kk, int q) {
     if (P.fast && (sg + kk) * KVC_SEG <= P.rows) { /* all kk segments full: no branches */
         const int lr = (int)(sg * KVC_SEG - r0);
         seg_data x;
@@ -631,18 +555,6 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     const int active = (int)(csize < P.lanes ? csize : P.lanes); /* lanes with work */
     const long long kk = csize / active;                        /* segments per lane */
 
-    /* dynamic smem: [MAX_LANES][3][512] lane states (finaliser scratch),
-     * then with TMA the lanes' stages [MAX_LANES][8][1024] and mbarriers */
-    tma_lane tl;
-    tl.stage = smem + MAX_LANES * 3 * 512 + lane * (KVC_SEG * 1024);
-    unsigned long long *bars = reinterpret_cast<unsigned long long *>(smem + MAX_LANES * 3 * 512 + MAX_LANES * KVC_SEG * 1024);
-    tl.bar = smem_u32(bars + lane);
-    tl.barrier_id = 4 + lane;
-    tl.phase = 0;
-    if (KVC_CUDA_TMA && P.tma && tid < MAX_LANES) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bars + tid)));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
     if (tid == 0) rt.bad = 0;
     __syncthreads();
     const long long r0 = cstart * KVC_SEG;
@@ -654,7 +566,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
 
     stv st;
     if (!bad_rows) {
-        if (lane < active) st = subtree_rt(P, &rt, r0, cstart + lane * kk, kk, q, &tl);
+        if (lane < active) st = subtree_rt(P, &rt, r0, cstart + lane * kk, kk, q);
         merge_lanes(st, lane, active, q, smem);
     }
     if (P.nchunk == 1) {
@@ -913,8 +825,6 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     P.vec = ((uintptr_t)a->state_cache % (4 * DPT) == 0) && a->state_stride_block % DPT == 0 &&
             a->state_stride_token % DPT == 0;
     P.fast = P.vec && a->overlap == KVC_OVERLAP_OFF;
-    P.tma = KVC_CUDA_TMA && P.fast && (uintptr_t)a->state_cache % 16 == 0 && a->state_stride_block % 4 == 0 &&
-            a->state_stride_token % 4 == 0;
 
     /* workspace: status word, tickets, chunk states */
     size_t st_bytes = 256, tk_bytes = ((size_t)nout * 4 + 255) & ~(size_t)255;
@@ -971,16 +881,6 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs * chunks = %lld exceeds the CUDA grid", blocks);
     size_t smem = (MAX_LANES * 3 * 512) * sizeof(float); /* >= 512 + 8 floats for the finaliser */
-    if (P.tma) {
-        smem += (size_t)MAX_LANES * KVC_SEG * 1024 * sizeof(float) + MAX_LANES * 8;
-        static int tma_set[64];
-        if (!tma_set[dev]) { /* once per device (idempotent, so a race is harmless) */
-            if ((err = cudaFuncSetAttribute(compress_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) !=
-                cudaSuccess)
-                return cuda_fail(err, "cudaFuncSetAttribute");
-            tma_set[dev] = 1;
-        }
-    }
     compress_kernel<<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P);
     if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
     return KVC_OK;
