@@ -316,10 +316,13 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
 
 #if defined(KVC_KIT_WITH_CUDA) || defined(KVC_KIT_WITH_OPENCL)
 /* GPU: an output with a bad index value is skipped, the first error lands in
- * the device status word, every other output is written as on the CPU. */
-static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_report *, kvc_device_status *)) {
+ * the device status word, every other output is written as on the CPU.
+ * C = 128 runs the chunked kernel, C = 8 the one-segment-window kernel
+ * (several outputs per thread block / work-group). */
+static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_report *, kvc_device_status *),
+                               int64_t C) {
     kvc_case c;
-    if (!gen(&c, 2, 2 * 1024, 128, 8, 1, 31)) return;
+    if (!gen(&c, 2, 2 * 1024, C, 8, 1, 31)) return;
     TU_CHECK(kvc_compress(&c.args, NULL, NULL) == KVC_OK, "CPU run");
     uint8_t *cpu = rows_of(&c.args);
     const int64_t bad_o = 11; /* request 1, its 4th window */
@@ -331,9 +334,10 @@ static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_re
     };
     for (int k = 0; k < 3; k++) {
         kvc_case d;
-        if (!gen(&d, 2, 2 * 1024, 128, 8, 1, 31)) break;
-        int64_t p = d.positions[b];
-        if (k == 0) d.block_table[1 * d.args.blocks_per_req + (p - 127) / 8 + 5] = 999;
+        if (!gen(&d, 2, 2 * 1024, C, 8, 1, 31)) break;
+        int64_t p = d.positions[b], r = d.token_to_req[b];
+        /* a block of the window's last rows (p - 7 .. p: always in the window) */
+        if (k == 0) d.block_table[r * d.args.blocks_per_req + (p - 7) / 8] = 999;
         if (k == 1) d.kv_slot_mapping[b] = 12345;
         if (k == 2) d.positions[b] = 5;
         kvc_kit_poison(d.kv_cache, d.kv_cache_bytes, 50 + (uint64_t)k);
@@ -341,7 +345,8 @@ static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_re
         kvc_device_status ds;
         memset(&ds, 0, sizeof ds);
         kvc_status st = device_run(&d.args, NULL, &ds);
-        TU_CHECK(st == KVC_ERROR_INDEX_OUT_OF_RANGE, "%s: status %s", cases[k].what, kvc_status_string(st));
+        TU_CHECK(st == KVC_ERROR_INDEX_OUT_OF_RANGE, "C=%lld %s: status %s", (long long)C, cases[k].what,
+                 kvc_status_string(st));
         TU_CHECK(ds.check == cases[k].check && ds.output == bad_o && ds.value == cases[k].value,
                  "%s: device status check %d output %lld value %lld", cases[k].what, ds.check, (long long)ds.output,
                  (long long)ds.value);
@@ -379,10 +384,16 @@ int main(int argc, char **argv) {
         return TU_SKIP;
     }
 #ifdef KVC_KIT_WITH_CUDA
-    if (g_backend == KVC_BACKEND_CUDA) test_device_errors(kvc_kit_cuda_run);
+    if (g_backend == KVC_BACKEND_CUDA) {
+        test_device_errors(kvc_kit_cuda_run, 128);
+        test_device_errors(kvc_kit_cuda_run, 8);
+    }
 #endif
 #ifdef KVC_KIT_WITH_OPENCL
-    if (g_backend == KVC_BACKEND_OPENCL) test_device_errors(kvc_kit_opencl_run);
+    if (g_backend == KVC_BACKEND_OPENCL) {
+        test_device_errors(kvc_kit_opencl_run, 128);
+        test_device_errors(kvc_kit_opencl_run, 8);
+    }
 #endif
     test_invariance();
     test_in_place_and_padding();

@@ -33,7 +33,7 @@ typedef struct {
 
 /* Mirrors kvc_cl_plan of kvc_kernel.cl. */
 typedef struct {
-    cl_long rows, nseg, ch, nchunk;
+    cl_long rows, nseg, ch, nchunk, small_k;
 } kvc_cl_plan;
 
 typedef struct {
@@ -41,6 +41,8 @@ typedef struct {
     cl_device_id dev;
     cl_program prog;
     cl_kernel kern;    /* created once; arguments set under g_lock      */
+    cl_kernel small;   /* one-segment windows: several outputs per group */
+    cl_uint units;     /* compute units                                  */
     cl_mem status;     /* library-owned status word                     */
     cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
     size_t states_bytes;
@@ -131,19 +133,25 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
         return cl_fail(err, "clCreateBuffer(status)");
     }
     cl_kernel kern = clCreateKernel(prog, "kvc_compress_kernel", &err);
+    cl_kernel small = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_compress_small", &err) : NULL;
     if (err != CL_SUCCESS) {
+        if (kern) clReleaseKernel(kern);
         clReleaseMemObject(status);
         clReleaseProgram(prog);
         pthread_mutex_unlock(&g_lock);
         return cl_fail(err, "clCreateKernel");
     }
-    cl_entry e = {ctx, dev, prog, kern, status, NULL, 0, NULL, 0};
+    cl_uint units = 0;
+    if (clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS || units == 0)
+        units = 1;
+    cl_entry e = {ctx, dev, prog, kern, small, units, status, NULL, 0, NULL, 0};
     if (g_ncache < KVC_CL_CACHE) {
         clRetainContext(ctx);
         g_cache[g_ncache] = e;
         *out = &g_cache[g_ncache++];
     } else {
         st = kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "more than %d OpenCL contexts in use", KVC_CL_CACHE);
+        clReleaseKernel(small);
         clReleaseKernel(kern);
         clReleaseMemObject(status);
         clReleaseProgram(prog);
@@ -206,11 +214,22 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     while (ch > 1 && ch > pl.nseg) ch /= 2;
     pl.ch = ch;
     pl.nchunk = kvc_chunk_count(pl.nseg, ch);
-    const long long groups = (long long)a->num_outputs * pl.nchunk;
+    long long groups = (long long)a->num_outputs * pl.nchunk;
+    pl.small_k = 0;
+    if (pl.nseg == 1) {
+        /* one-segment windows (kvc_compress_small): K outputs per group,
+         * balanced over whole waves of 2 groups per compute unit, K <= 32
+         * (KVC_CL_SMALL_K of kvc_kernel.cl) */
+        const long long slots = 2LL * ent->units, nout = a->num_outputs;
+        const long long waves = (nout + slots * 32 - 1) / (slots * 32);
+        long long k = (nout + slots * waves - 1) / (slots * waves);
+        pl.small_k = k < 1 ? 1 : k > 32 ? 32 : k;
+        groups = (nout + pl.small_k - 1) / pl.small_k;
+    }
 
     pthread_mutex_lock(&g_lock);
     st = grow(ent->ctx, &ent->states, &ent->states_bytes,
-              pl.nchunk > 1 ? (size_t)groups * 1536 * sizeof(float) : 16, "chunk-state");
+              pl.nchunk > 1 ? (size_t)a->num_outputs * (size_t)pl.nchunk * 1536 * sizeof(float) : 16, "chunk-state");
     if (st == KVC_OK) st = grow(ent->ctx, &ent->tickets, &ent->tickets_bytes, (size_t)a->num_outputs * 4, "ticket");
     cl_mem states = ent->states, tickets = ent->tickets;
     pthread_mutex_unlock(&g_lock);
@@ -228,7 +247,7 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
                        (cl_mem)(void *)a->kv_cache, status, states, tickets};
     /* one kernel object per context: arguments and enqueue under the lock
      * (clEnqueueNDRangeKernel captures the arguments) */
-    cl_kernel k = ent->kern;
+    cl_kernel k = pl.small_k ? ent->small : ent->kern;
     pthread_mutex_lock(&g_lock);
     err = clSetKernelArg(k, 0, sizeof sh, &sh);
     if (err == CL_SUCCESS) err = clSetKernelArg(k, 1, sizeof pl, &pl);
