@@ -283,11 +283,16 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
     return bad;
 }
 
-__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_kernel(
-    const kvc_shape sh, const kvc_cl_plan pl, __global const float *state, __global const int *t2r,
-    __global const long *positions, __global const long *slots, __global const long *bidx,
-    __global const int *table, __global const ushort *weight, __global const float *cos_sin, __global uchar *kv,
-    __global kvc_cl_status *st, __global float *chunk_states, __global volatile int *tickets) {
+/* Both kernels take the same arguments, set the same way by the host
+ * (opencl_backend.c); kvc_compress_small leaves the last two unused. */
+#define KVC_CL_KERNEL_ARGS                                                                                      \
+    const kvc_shape sh, const kvc_cl_plan pl, __global const float *state, __global const int *t2r,              \
+        __global const long *positions, __global const long *slots, __global const long *bidx,                 \
+        __global const int *table, __global const ushort *weight, __global const float *cos_sin,               \
+        __global uchar *kv, __global kvc_cl_status *st, __global float *chunk_states,                          \
+        __global volatile int *tickets
+
+__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_kernel(KVC_CL_KERNEL_ARGS) {
     __local float c[512], t[256], u[256];
     __local int flags[8];
     __local long rowoff[KVC_CL_MAX_CH * KVC_SEG];
@@ -419,11 +424,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
  */
 #define KVC_CL_SMALL_K 32
 
-__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_small(
-    const kvc_shape sh, const kvc_cl_plan pl, __global const float *state, __global const int *t2r,
-    __global const long *positions, __global const long *slots, __global const long *bidx,
-    __global const int *table, __global const ushort *weight, __global const float *cos_sin, __global uchar *kv,
-    __global kvc_cl_status *st, __global float *chunk_states, __global volatile int *tickets) {
+__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_small(KVC_CL_KERNEL_ARGS) {
     __local float c[512], t[256], u[256];
     __local int flags[8];
     __local long rowoff[KVC_CL_SMALL_K * KVC_SEG];
