@@ -14,8 +14,9 @@
  *   - A CTA (DG x L threads) reduces one chunk of one output: it first
  *     resolves the chunk's row addresses into shared memory (one thread per
  *     row, which also checks that row's physical block), then lane l of a
- *     dimension group reduces a complete subtree of segments in registers,
- *     and the L lane states merge in tree order through shared memory.
+ *     dimension group reduces a complete subtree of segments in registers
+ *     (full, aligned segments: one branch-free body, subtree_full), and the
+ *     L lane states merge in tree order through shared memory.
  *   - With one chunk per output the CTA finalises directly; otherwise chunk
  *     states go to a workspace and the last CTA of the output (ticket
  *     counter) merges them in canonical order and finalises.
