@@ -109,23 +109,6 @@ KVC_FN int kvc_nonfinite(float f) {
     return (KVC_BITS(f) & 0x7F800000u) == 0x7F800000u;
 }
 
-/*
- * x - k * LN2_HI as ONE rounding where a fused multiply-add is native.  This
- * is the same value as the contract's two operations, fl(x - fl(k * LN2_HI)):
- * LN2_HI has 15 significant bits and |k| <= 126 (7 bits) wherever the
- * result is used (-87 <= x <= 0), so k * LN2_HI is exact in binary32 and
- * rounding it first changes nothing.  (Outside that range the result is
- * masked to 0, or is NaN either way.)  LN2_LO has 24 bits: k * LN2_LO is not
- * exact and stays a separate multiply.
- */
-#if defined(__CUDA_ARCH__)
-#define KVC_X_MINUS_K_LN2_HI(x, k) __fmaf_rn(-(k), KVC_LN2_HI, (x))
-#elif defined(__OPENCL_VERSION__) && defined(FP_FAST_FMAF)
-#define KVC_X_MINUS_K_LN2_HI(x, k) fma(-(k), KVC_LN2_HI, (x))
-#else
-#define KVC_X_MINUS_K_LN2_HI(x, k) KVC_SUB((x), KVC_MUL((k), KVC_LN2_HI))
-#endif
-
 /**
  * Canonical exp for the x <= 0 arguments of the reduction (SPEC 3).
  * Written without early returns so that vectorising compilers and GPUs run
@@ -134,7 +117,7 @@ KVC_FN int kvc_nonfinite(float f) {
 KVC_FN float kvc_exp(float x) {
     float m = KVC_ADD(KVC_MUL(x, KVC_LOG2E), KVC_ROUND_MAGIC);
     float k = KVC_SUB(m, KVC_ROUND_MAGIC);
-    float r = KVC_SUB(KVC_X_MINUS_K_LN2_HI(x, k), KVC_MUL(k, KVC_LN2_LO));
+    float r = KVC_SUB(KVC_SUB(x, KVC_MUL(k, KVC_LN2_HI)), KVC_MUL(k, KVC_LN2_LO));
     float q = 0x1.6c16c2p-10f;
     q = KVC_ADD(KVC_MUL(q, r), 0x1.111112p-7f);
     q = KVC_ADD(KVC_MUL(q, r), 0x1.555556p-5f);
@@ -144,7 +127,7 @@ KVC_FN float kvc_exp(float x) {
     q = KVC_ADD(KVC_MUL(q, r), 1.0f);
     /* 2^k from the bits of m; only meaningful for -87 <= x <= 0 and masked
      * below otherwise (the unsigned arithmetic is defined for any m). */
-    kvc_u32 eb = (KVC_BITS(m) << 23) + 0x3F800000u; /* == ((bits - 0x4B400000) + 127) << 23 */
+    kvc_u32 eb = ((KVC_BITS(m) - 0x4B400000u) + 127u) << 23;
     float res = KVC_MUL(q, KVC_FLOAT(eb));
     /* x < -87 (and -Inf) gives 0.  A NaN x needs no select of its own: it
      * flows through every operation above and res is a NaN, which is all the
