@@ -59,6 +59,9 @@
 #else
 #define KVC_LD(p) __ldcs(p)
 #endif
+#ifndef KVC_CUDA_SPECIALIZE
+#define KVC_CUDA_SPECIALIZE 1  /* one kernel per full-chunk size (v14)       */
+#endif
 #define DPT KVC_CUDA_DPT
 #define DG (512 / DPT)         /* threads per lane                         */
 #ifndef KVC_CUDA_LANES
@@ -72,6 +75,37 @@
 #define BAD_BIT 0x80000000u
 
 
+
+/* Diagnostic phase trace (build with -DKVC_CUDA_TRACE; never in a release
+ * build): thread 0 of each CTA stamps %globaltimer and clock64 at phase
+ * boundaries of compress_kernel; the benchmark kit prints a summary
+ * (tools/kit/kvc_kit_cuda.cu; bench/NOTES.md, session 4). */
+#ifdef KVC_CUDA_TRACE
+#define KVC_TRACE_CTAS 16384
+__device__ unsigned long long g_kvc_trace[KVC_TRACE_CTAS * 8], g_kvc_clk[KVC_TRACE_CTAS * 8];
+#define TR(k)                                                                                          \
+    do {                                                                                               \
+        if (threadIdx.x == 0 && blockIdx.x < KVC_TRACE_CTAS) {                                         \
+            unsigned long long t_;                                                                     \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                     \
+            g_kvc_trace[blockIdx.x * 8 + (k)] = t_;                                                    \
+            g_kvc_clk[blockIdx.x * 8 + (k)] = clock64();                                               \
+        }                                                                                              \
+    } while (0)
+/* clear != 0: zero the stamps; else copy n of each array to t and c. */
+extern "C" int kvc_cuda_trace_copy(unsigned long long *t, unsigned long long *c, size_t n, int clear) {
+    if (clear) {
+        static unsigned long long z[KVC_TRACE_CTAS * 8];
+        return cudaMemcpyToSymbol(g_kvc_trace, z, sizeof z) != cudaSuccess ||
+               cudaMemcpyToSymbol(g_kvc_clk, z, sizeof z) != cudaSuccess;
+    }
+    if (n > KVC_TRACE_CTAS * 8) n = KVC_TRACE_CTAS * 8;
+    return cudaMemcpyFromSymbol(t, g_kvc_trace, n * 8) != cudaSuccess ||
+           cudaMemcpyFromSymbol(c, g_kvc_clk, n * 8) != cudaSuccess;
+}
+#else
+#define TR(k) ((void)0)
+#endif
 
 struct stv {
     float m[DPT], d[DPT], n[DPT];
@@ -303,8 +337,17 @@ __device__ __forceinline__ stv subtree(const launch_params &P, const row_table *
     }
 }
 
+/* KF > 0: the launch guarantees that every chunk is kk = KF full segments on
+ * the fast path (compress_kernel<KF>): only that body is compiled. */
+template <int KF>
 __device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_table *rt, long long r0, long long sg,
                                           long long kk, int q) {
+    if (KF > 0) {
+        const int lr = (int)(sg * KVC_SEG - r0);
+        seg_data x;
+        seg_load_full(P, rt, lr, q, x);
+        return subtree_full<(KF > 0 ? KF : 1), false>(P, rt, lr, q, x);
+    }
     if (P.fast && (sg + kk) * KVC_SEG <= P.rows) { /* all kk segments full: no branches */
         const int lr = (int)(sg * KVC_SEG - r0);
         seg_data x;
@@ -531,15 +574,18 @@ __device__ void finish(const launch_params &P, const kvc_out_info &inf, const st
     }
 }
 
+template <int KF>
 __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(const launch_params P) {
     extern __shared__ float smem[]; /* [MAX_LANES][3][512] states; finaliser scratch */
     __shared__ row_table rt;
     __shared__ unsigned ticket;
     const int tid = threadIdx.x, q = tid % DG, lane = tid / DG;
     const long long o = blockIdx.x / P.nchunk, j = blockIdx.x % P.nchunk;
+    TR(0);
 
     kvc_out_info inf;
     const int chk = kvc_check_output(&P.a, o, &inf, 0);
+    TR(1);
     if (chk != KVC_CHECK_NONE) {
         if (j == 0 && tid == 0) {
             record_error(P.status, chk, o, inf.value);
@@ -562,14 +608,16 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     const long long rend = (cstart + csize) * KVC_SEG < P.rows ? (cstart + csize) * KVC_SEG : P.rows;
     fill_rows(P, inf, r0, (int)(rend - r0), &rt);
     __syncthreads();
+    TR(2);
     const int bad_rows = rt.bad;
     if (bad_rows && tid == 0) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, rt.bad_g);
 
     stv st;
     if (!bad_rows) {
-        if (lane < active) st = subtree_rt(P, &rt, r0, cstart + lane * kk, kk, q);
+        if (lane < active) st = subtree_rt<KF>(P, &rt, r0, cstart + lane * kk, kk, q);
         merge_lanes(st, lane, active, q, smem);
     }
+    TR(3);
     if (P.nchunk == 1) {
         if (bad_rows) {
             if (tid == 0) count(&P.status->outputs_invalid);
@@ -586,6 +634,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     if (tid == 0) ticket = atomicAdd(&P.tickets[o], bad_rows ? (BAD_BIT + 1u) : 1u);
     __syncthreads();
     const unsigned t = ticket;
+    TR(4);
     if ((t & ~BAD_BIT) != (unsigned)(P.nchunk - 1)) return;
     __threadfence();
     if ((t & BAD_BIT) || bad_rows) { /* some chunk of this output saw a bad block */
@@ -619,8 +668,10 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
         for (int k = top - 1; k >= 0; k--) st_merge(stack[k], stack[k + 1]);
         st = stack[0];
     }
+    TR(5);
     if (lane != 0) return;
     finish(P, inf, st, q, smem);
+    TR(6);
 }
 
 
@@ -883,7 +934,16 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs * chunks = %lld exceeds the CUDA grid", blocks);
     size_t smem = (MAX_LANES * 3 * 512) * sizeof(float); /* >= 512 + 8 floats for the finaliser */
-    compress_kernel<<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P);
+    /* every chunk kk = ch / L full segments on the fast path: a kernel with
+     * only that body (1/5 of the code: fewer instruction-cache misses) */
+    const int kf = P.fast && P.rows % KVC_SEG == 0 && P.nseg % ch == 0 ? (int)(ch / L) : 0;
+    switch (KVC_CUDA_SPECIALIZE ? kf : 0) {
+    case 1: compress_kernel<1><<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P); break;
+    case 2: compress_kernel<2><<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P); break;
+    case 4: compress_kernel<4><<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P); break;
+    case 8: compress_kernel<8><<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P); break;
+    default: compress_kernel<0><<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P); break;
+    }
     if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
     return KVC_OK;
 }

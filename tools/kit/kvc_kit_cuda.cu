@@ -117,6 +117,48 @@ static double median(std::vector<double> v) {
     return v.empty() ? 0 : v[v.size() / 2];
 }
 
+#ifdef KVC_CUDA_TRACE
+/* Diagnostic: the phase stamps of the last call (cuda_backend.cu, TR). */
+extern "C" int kvc_cuda_trace_copy(unsigned long long *t, unsigned long long *c, size_t n, int clear);
+static void trace_summary(void) {
+    const size_t n = 16384 * 8;
+    std::vector<unsigned long long> t(n), c(n);
+    if (kvc_cuda_trace_copy(t.data(), c.data(), n, 0)) return;
+    int khz = 0;
+    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+    unsigned long long t0 = ~0ull, tend = 0;
+    int ctas = 0;
+    for (size_t b = 0; b < n / 8; b++)
+        if (t[b * 8]) {
+            ctas++;
+            t0 = std::min(t0, t[b * 8]);
+            for (int k = 0; k < 8; k++) tend = std::max(tend, t[b * 8 + k]);
+        }
+    if (!ctas) return;
+    fprintf(stderr, "trace: %d CTAs, kernel span %.2f us (globaltimer), SM clock %d MHz\n", ctas, (tend - t0) * 1e-3, khz / 1000);
+    for (int k = 0; k < 7; k++) {
+        std::vector<double> at, dur;
+        for (size_t b = 0; b < n / 8; b++) {
+            if (!t[b * 8] || t[b * 8 + k] < t[b * 8]) continue; /* not stamped in the last call */
+            at.push_back((t[b * 8 + k] - t0) * 1e-3);
+            if (k > 0) {
+                int pk = k - 1;
+                while (pk > 0 && !c[b * 8 + pk]) pk--;
+                dur.push_back((double)(c[b * 8 + k] - c[b * 8 + pk]) / (khz * 1e-3));
+            }
+        }
+        if (at.empty()) continue;
+        std::sort(at.begin(), at.end());
+        std::sort(dur.begin(), dur.end());
+        fprintf(stderr, "  stamp %d: %5zu CTAs at %6.2f / %6.2f / %6.2f us (min/med/max)", k, at.size(), at[0],
+                at[at.size() / 2], at.back());
+        if (!dur.empty())
+            fprintf(stderr, "  since previous: %6.2f / %6.2f / %6.2f us", dur[0], dur[dur.size() / 2], dur.back());
+        fprintf(stderr, "\n");
+    }
+}
+#endif
+
 extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, bench_result *out) {
     dev_args x;
     kvc_exec ex;
@@ -133,6 +175,9 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, bench_result *out) {
     }
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
+#ifdef KVC_CUDA_TRACE
+    kvc_cuda_trace_copy(NULL, NULL, 0, 1);
+#endif
     for (int i = -3; i < repeat; i++) { /* 3 warm-up calls */
         flush_l2(0);
         CK(cudaEventRecord(e0, 0));
@@ -154,6 +199,9 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, bench_result *out) {
                  kvc_status_string(out->status), s.check, (long long)s.output, (long long)s.value);
         goto done;
     }
+#ifdef KVC_CUDA_TRACE
+    trace_summary();
+#endif
     CK(cudaMemcpy(c->kv_cache, x.d.kv_cache, x.kv_bytes, cudaMemcpyDeviceToHost));
     out->median_us = median(t);
     out->min_us = t.empty() ? 0 : *std::min_element(t.begin(), t.end());
