@@ -52,7 +52,7 @@
 #define KVC_CUDA_LDHINT 0      /* state loads: 0 __ldcs (streaming), 1 __ldg */
 #endif
 #ifndef KVC_CUDA_CHDIV
-#define KVC_CUDA_CHDIV 264     /* chunk size ~ total segments / CHDIV (v13; v7-v12: 528) */
+#define KVC_CUDA_CHDIV 132     /* chunk size ~ total segments / CHDIV (v15; v13-14: 264, v7-v12: 528) */
 #endif
 #if KVC_CUDA_LDHINT == 1
 #define KVC_LD(p) __ldg(p)
@@ -68,7 +68,8 @@
 #define KVC_CUDA_LANES 2       /* lanes per CTA (DPT 2): 1 or 2             */
 #endif
 #define MAX_LANES (DPT == 2 ? KVC_CUDA_LANES : 1) /* lanes per CTA          */
-#define MAX_CH 16              /* segments per chunk                       */
+#define MAX_CH 16              /* segments per chunk (32 = 16 per lane measured
+                                  25% slower at 131k, C >= 256: bench/NOTES.md) */
 #define MAX_CHUNK_ROWS (8 * MAX_CH)
 #define STACK_MAX 48           /* chunk-merge stack depth (any S < 2^47)   */
 #define NSTATE (3 * DPT)       /* floats of one thread's state             */
@@ -858,12 +859,13 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     P.rows = a->overlap == KVC_OVERLAP_ON ? 2 * C : C;
     P.nseg = (P.rows + KVC_SEG - 1) / KVC_SEG;
     const long long nout = a->num_outputs;
-    /* chunk size ~ total segments / CHDIV: one to two waves of CTAs (at 2 per
-     * SM) where the window allows, so that a CTA's prologue and merge are
-     * spread over long chunks (v13: 32k/65k-token cases 2-10% faster than
-     * with four waves), but chunks of >= 4 segments, <= MAX_CH = 16 (2 lanes
-     * x 8), and <= 16 chunks per output (so the last CTA's merge is the
-     * parallel, load-all-first one) */
+    /* chunk size ~ total segments / CHDIV: at most one wave of CTAs (at 2
+     * per SM) where the window allows, so that a CTA's prologue and merge are
+     * spread over long chunks (v13, CHDIV 264: 32k/65k-token cases 2-10%
+     * faster than with four waves; v15, CHDIV 132: 32k-token cases 17%
+     * faster than with two), but chunks of >= 4 segments, <= MAX_CH = 16
+     * (2 lanes x 8), and <= 16 chunks per output (so the last CTA's merge
+     * is the parallel, load-all-first one) */
     const long long total = nout * P.nseg;
     long long ch = pow2_floor(total / KVC_CUDA_CHDIV > 0 ? total / KVC_CUDA_CHDIV : 1);
     if (ch < 4) ch = 4;
@@ -942,6 +944,7 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     case 2: compress_kernel<2><<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P); break;
     case 4: compress_kernel<4><<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P); break;
     case 8: compress_kernel<8><<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P); break;
+    case 16: compress_kernel<16><<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P); break; /* DPT 1 */
     default: compress_kernel<0><<<(unsigned)blocks, (unsigned)(DG * L), smem, stream>>>(P); break;
     }
     if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
