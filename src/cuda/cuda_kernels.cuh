@@ -1,0 +1,721 @@
+/*
+ * cuda_kernels.cuh -- the CUDA backend's device code, for one number of
+ * dimensions per thread: cuda_backend.cu includes it once per DPT, each time
+ * inside its own namespace with DPT defined (kvc_cuda_d1, kvc_cuda_d2).  The
+ * main kernel (compress_kernel) is compiled for DPT = KVC_CUDA_DPT, the
+ * one-segment kernel (compress_small_kernel) for DPT = 2 (KVC_CUDA_DPT 0:
+ * the main kernel for both; the host picks one per call).  No include guard
+ * on purpose; every macro it defines is undefined at the end.
+ *
+ * Needs: kvc_canon.h, kvc_check.h, kvc_internal.h, launch_params, TR() and
+ * the tuning knobs of cuda_backend.cu.
+ */
+#define DG (512 / DPT)         /* threads per lane                         */
+#define MAX_LANES (DPT == 2 ? KVC_CUDA_LANES : 1) /* lanes per CTA          */
+#define MAX_CHUNK_ROWS (8 * MAX_CH)
+#define STACK_MAX 48           /* chunk-merge stack depth (any S < 2^47)   */
+#define NSTATE (3 * DPT)       /* floats of one thread's state             */
+#define BAD_BIT 0x80000000u
+#define TREE_MAX (DPT == 1 ? 16 : 8) /* chunk states one thread merges at once  */
+
+
+
+
+struct stv {
+    float m[DPT], d[DPT], n[DPT];
+};
+
+__device__ __forceinline__ void st_merge(stv &a, const stv &b) {
+#pragma unroll
+    for (int j = 0; j < DPT; j++) kvc_merge(&a.m[j], &a.d[j], &a.n[j], b.m[j], b.d[j], b.n[j]);
+}
+
+
+/* Row addresses of the CTA's chunk: element offsets of the row's value and
+ * score halves, or -1 for a masked (overlap, position < 0) row. */
+struct row_table {
+    long long voff[MAX_CHUNK_ROWS];
+    long long soff[MAX_CHUNK_ROWS];
+    int bad;                /* a row's physical block is out of range */
+    long long bad_g;        /* its value                              */
+};
+
+/* Resolve the chunk's rows (one thread per row, in parallel) and check each
+ * row's physical block: the device's half of the PHYSICAL_BLOCK check.
+ * rt->bad must be 0 on entry. */
+__device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long long r0, int nrows, row_table *rt) {
+    const kvc_args &a = P.a;
+    const long long C = a.compress_ratio;
+    for (int t = threadIdx.x; t < nrows; t += blockDim.x) {
+        int vo, so;
+        const long long pos = kvc_window_row(inf.p, C, a.overlap == KVC_OVERLAP_ON, r0 + t, &vo, &so);
+        if (pos < 0) {
+            rt->voff[t] = rt->soff[t] = -1;
+            continue;
+        }
+        const long long l = pos / a.block_size;
+        const long long blk = a.block_table[inf.r * a.block_table_stride + l];
+        if (blk < 0 || blk >= a.num_blocks) {
+            if (atomicCAS(&rt->bad, 0, 1) == 0) rt->bad_g = blk;
+            rt->voff[t] = rt->soff[t] = -1;
+            continue;
+        }
+        const long long base = kvc_state_row_offset(&a, blk, pos);
+        rt->voff[t] = base + vo;
+        rt->soff[t] = base + so;
+    }
+}
+
+/* A segment's data for one thread: 8 rows x (value, score) x DPT dims. */
+struct seg_data {
+    float v[KVC_SEG][DPT], s[KVC_SEG][DPT];
+};
+
+/* Issue the loads of local rows [lr, lr + n) (no use of the data yet).
+ * RT: any table with voff[] / soff[] (row_table, small_rows). */
+template <class RT>
+__device__ __forceinline__ void seg_load(const launch_params &P, const RT *rt, int lr, int n, int q, seg_data &x) {
+    const float *base = P.a.state_cache;
+#pragma unroll
+    for (int i = 0; i < KVC_SEG; i++) {
+        if (i < n) {
+            const long long vo = rt->voff[lr + i], so = rt->soff[lr + i];
+            if (vo < 0) {
+#pragma unroll
+                for (int j = 0; j < DPT; j++) {
+                    x.v[i][j] = 0.0f;
+                    x.s[i][j] = KVC_NEG_INF;
+                }
+            } else if (DPT == 2 && P.vec) {
+                float2 a = KVC_LD(reinterpret_cast<const float2 *>(base + vo) + q);
+                float2 b = KVC_LD(reinterpret_cast<const float2 *>(base + so) + q);
+                x.v[i][0] = a.x;
+                x.v[i][DPT - 1] = a.y;
+                x.s[i][0] = b.x;
+                x.s[i][DPT - 1] = b.y;
+            } else if (DPT == 1) {
+                x.v[i][0] = KVC_LD(base + vo + q);
+                x.s[i][0] = KVC_LD(base + so + q);
+            } else {
+#pragma unroll
+                for (int j = 0; j < DPT; j++) {
+                    x.v[i][j] = base[vo + DPT * q + j];
+                    x.s[i][j] = base[so + DPT * q + j];
+                }
+            }
+        }
+    }
+}
+
+/* The canonical segment reduction of loaded data (n rows); after_row(i)
+ * runs once row i's values and scores are consumed (seg_compute_roll). */
+template <class AfterRow>
+__device__ __forceinline__ stv seg_reduce_rows(const seg_data &x, int n, AfterRow after_row) {
+    stv st;
+#pragma unroll
+    for (int j = 0; j < DPT; j++) {
+        st.m[j] = x.s[0][j];
+        st.d[j] = 0.0f;
+        st.n[j] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 1; i < KVC_SEG; i++)
+        if (i < n)
+#pragma unroll
+            for (int j = 0; j < DPT; j++) st.m[j] = kvc_max(st.m[j], x.s[i][j]);
+#pragma unroll
+    for (int i = 0; i < KVC_SEG; i++) {
+        if (i < n)
+#pragma unroll
+            for (int j = 0; j < DPT; j++) kvc_seg_step(st.m[j], x.s[i][j], x.v[i][j], &st.d[j], &st.n[j]);
+        after_row(i);
+    }
+#pragma unroll
+    for (int j = 0; j < DPT; j++) kvc_seg_close(st.m[j], &st.d[j], &st.n[j]);
+    return st;
+}
+__device__ __forceinline__ stv seg_compute(const seg_data &x, int n) {
+    return seg_reduce_rows(x, n, [](int) {});
+}
+
+__device__ __forceinline__ int seg_rows(const launch_params &P, long long sg) {
+    const long long g0 = sg * KVC_SEG;
+    return (int)((P.rows - g0) < KVC_SEG ? (P.rows - g0) : KVC_SEG);
+}
+
+/* The common case, as straight-line code: 8 rows, none masked (a bad block
+ * skipped the output), 8-byte loads.  No per-row branches or predicates, so
+ * all 16 loads issue back to back (the generic path spent ~25 instructions
+ * per row on them).  Scores at value + 512 (no overlap), or, with
+ * SCORES_FROM_TABLE, at the table's soff (overlap rows: the small kernel). */
+template <bool SCORES_FROM_TABLE = false, class RT>
+__device__ __forceinline__ void seg_load_row(const launch_params &P, const RT *rt, int lr, int q, seg_data &x, int i) {
+    const float *base = P.a.state_cache;
+    const float *row = base + rt->voff[lr];
+    const float *srow = SCORES_FROM_TABLE ? base + rt->soff[lr] : row + 512;
+    if constexpr (DPT == 2) {
+        const float2 a = __ldcs(reinterpret_cast<const float2 *>(row) + q);
+        const float2 b = __ldcs(reinterpret_cast<const float2 *>(srow) + q);
+        x.v[i][0] = a.x;
+        x.v[i][DPT - 1] = a.y;
+        x.s[i][0] = b.x;
+        x.s[i][DPT - 1] = b.y;
+    } else {
+        x.v[i][0] = __ldcs(row + q);
+        x.s[i][0] = __ldcs(srow + q);
+    }
+}
+template <bool SCORES_FROM_TABLE = false, class RT>
+__device__ __forceinline__ void seg_load_full(const launch_params &P, const RT *rt, int lr, int q, seg_data &x) {
+#pragma unroll
+    for (int i = 0; i < KVC_SEG; i++) seg_load_row<SCORES_FROM_TABLE>(P, rt, lr + i, q, x, i);
+}
+
+/*
+ * seg_compute of a full segment (8 rows), and, with NEXT, the next full
+ * segment (local rows lr_next ..) loaded into x row by row: row i's loads
+ * may issue as soon as row i's values and scores are consumed, with no
+ * registers beyond x's own.  The compiler still places them by its own
+ * register budget (mostly late in the segment), but the code between the
+ * segments of a subtree is one basic block, so it can overlap each
+ * segment's loads with arithmetic; the per-segment branch of the generic
+ * path below prevented that (v12: 192 -> 160 us at 131k tokens).
+ */
+template <bool NEXT, bool SCORES_FROM_TABLE = false, class RT>
+__device__ __forceinline__ stv seg_compute_roll(const launch_params &P, const RT *rt, int lr_next, int q,
+                                                seg_data &x) {
+    return seg_reduce_rows(x, KVC_SEG, [&](int i) {
+        if (NEXT) seg_load_row<SCORES_FROM_TABLE>(P, rt, lr_next + i, q, x, i);
+    });
+}
+
+/* A complete subtree of KK full segments from local row lr whose first
+ * segment is already in x (loads issued); on return x holds the segment
+ * after the subtree (loads in flight) when MORE.  Canonical tree order. */
+template <int KK, bool MORE>
+__device__ __forceinline__ stv subtree_full(const launch_params &P, const row_table *rt, int lr, int q,
+                                            seg_data &x) {
+    if constexpr (KK == 1) {
+        return seg_compute_roll<MORE>(P, rt, lr + KVC_SEG, q, x);
+    } else {
+        /* (parking A in shared memory instead of registers while B is
+         * reduced measured 3-5% slower: bench/NOTES.md) */
+        stv A = subtree_full<KK / 2, true>(P, rt, lr, q, x);
+        stv B = subtree_full<KK / 2, MORE>(P, rt, lr + (KK / 2) * KVC_SEG, q, x);
+        st_merge(A, B);
+        return A;
+    }
+}
+
+/*
+ * The generic path: a thread's complete subtree of kk (a power of two <=
+ * 16) consecutive segments from segment sg (r0: the chunk's first row), any
+ * rows (a partial last segment, masked overlap rows, unaligned rows).  One
+ * unrolled body per kk; a runtime loop over segments measured slower (v8,
+ * v9 in bench/NOTES.md).  Subtrees of full, aligned segments without
+ * overlap take subtree_full instead (see subtree_rt).
+ */
+template <int KK>
+__device__ __forceinline__ stv subtree(const launch_params &P, const row_table *rt, long long r0, long long sg,
+                                       int q) {
+    if constexpr (KK == 1) {
+        seg_data x;
+        const int n = seg_rows(P, sg);
+        if (P.fast && n == KVC_SEG) {
+            seg_load_full(P, rt, (int)(sg * KVC_SEG - r0), q, x);
+            return seg_compute(x, KVC_SEG);
+        }
+        seg_load(P, rt, (int)(sg * KVC_SEG - r0), n, q, x);
+        return seg_compute(x, n);
+    } else {
+        stv A = subtree<KK / 2>(P, rt, r0, sg, q);
+        stv B = subtree<KK / 2>(P, rt, r0, sg + KK / 2, q);
+        st_merge(A, B);
+        return A;
+    }
+}
+
+/* KF > 0: the launch guarantees that every chunk is kk = KF full segments on
+ * the fast path (compress_kernel<KF>): only that body is compiled. */
+template <int KF>
+__device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_table *rt, long long r0, long long sg,
+                                          long long kk, int q) {
+    if (KF > 0) {
+        const int lr = (int)(sg * KVC_SEG - r0);
+        seg_data x;
+        seg_load_full(P, rt, lr, q, x);
+        return subtree_full<(KF > 0 ? KF : 1), false>(P, rt, lr, q, x);
+    }
+    if (P.fast && (sg + kk) * KVC_SEG <= P.rows) { /* all kk segments full: no branches */
+        const int lr = (int)(sg * KVC_SEG - r0);
+        seg_data x;
+        seg_load_full(P, rt, lr, q, x);
+        switch (kk) {
+        case 1: return subtree_full<1, false>(P, rt, lr, q, x);
+        case 2: return subtree_full<2, false>(P, rt, lr, q, x);
+        case 4: return subtree_full<4, false>(P, rt, lr, q, x);
+        case 8: return subtree_full<8, false>(P, rt, lr, q, x);
+        default: return subtree_full<16, false>(P, rt, lr, q, x);
+        }
+    }
+    switch (kk) {
+    case 1: return subtree<1>(P, rt, r0, sg, q);
+    case 2: return subtree<2>(P, rt, r0, sg, q);
+    case 4: return subtree<4>(P, rt, r0, sg, q);
+    case 8: return subtree<8>(P, rt, r0, sg, q);
+    default: return subtree<16>(P, rt, r0, sg, q); /* kk = csize / lanes <= MAX_CH */
+    }
+}
+
+__device__ void record_error(kvc_device_status *st, int check, long long o, long long value) {
+    if (atomicCAS(&st->status, 0, (int)KVC_ERROR_INDEX_OUT_OF_RANGE) == 0) {
+        st->check = check;
+        st->output = o;
+        st->value = value;
+    }
+}
+
+__device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull); }
+
+/* OR of a flag over threads 0..127: one barrier-with-reduction (named
+ * barrier 3, used for nothing else).  Every one of the 128 threads must call. */
+__device__ __forceinline__ int or_across_128(int v) {
+    int r;
+    asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.s32 p, %1, 0;\n\tbar.red.or.pred q, 3, 128, p;\n\t"
+                 "selp.s32 %0, 1, 0, q;\n\t}"
+                 : "=r"(r)
+                 : "r"(v)
+                 : "memory");
+    return r;
+}
+
+/* The finaliser's per-thread inputs that come from global memory: thread q's
+ * 4 RMS weights and (q >= 112) the cos/sin of its 2 RoPE pairs, loaded by
+ * the caller (so that a caller may load them early). */
+struct fin_in {
+    float w[4];
+    float cs[4]; /* cos0, sin0, cos1, sin1 */
+};
+
+__device__ __forceinline__ void fin_load_weights(const launch_params &P, int q, fin_in &f) {
+    if (q >= 128) return;
+#pragma unroll
+    for (int j = 0; j < 4; j++) f.w[j] = kvc_bf16_to_f32(P.a.rms_norm_weight[4 * q + j]);
+}
+
+__device__ __forceinline__ void fin_load_cos_sin(const launch_params &P, long long pc, int q, fin_in &f) {
+    if (q < 112 || q >= 128) return;
+    const float *cs = P.a.cos_sin_cache + pc * P.a.cos_sin_stride;
+    const int il = P.a.cos_sin_layout == KVC_COS_SIN_INTERLEAVED;
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        const int jj = 2 * (q - 112) + t;
+        f.cs[2 * t] = il ? cs[2 * jj] : cs[jj];
+        f.cs[2 * t + 1] = il ? cs[2 * jj + 1] : cs[32 + jj];
+    }
+}
+
+/*
+ * Finalise one output from c[512]: called by threads 0..127 together (named
+ * barrier 1), thread q holding dims 4q..4q+3.  RMS sum in the canonical
+ * pairwise tree (4 leaves per thread, then warp shuffles: a + b == b + a, so
+ * the shuffle order does not matter, then the 4 warp sums), NOPE groups of 16
+ * threads (q < 112), RoPE pairs on q >= 112.  red: 4 floats of shared memory.
+ * @return (thread 0) 1 when the output went to the non-finite slot.  The
+ * caller counts it in the status word.
+ */
+__device__ int finalize(const launch_params &P, long long slot, const float c[4], int q, float *red,
+                        const fin_in &f) {
+    const kvc_args &a = P.a;
+    int bad = 0;
+    float sq[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        bad |= kvc_nonfinite(c[j]);
+        sq[j] = KVC_MUL(c[j], c[j]);
+    }
+    float ss = KVC_ADD(KVC_ADD(sq[0], sq[1]), KVC_ADD(sq[2], sq[3]));
+#pragma unroll
+    for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(0xffffffffu, ss, k)); /* a+b == b+a */
+    if ((q & 31) == 0) red[q >> 5] = ss;
+    asm volatile("bar.sync 1, 128;");
+    ss = KVC_ADD(KVC_ADD(red[0], red[1]), KVC_ADD(red[2], red[3]));
+    const float rr = kvc_rms_scale(ss, a.rms_norm_eps);
+    float y[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        y[j] = kvc_rms_apply(c[j], rr, f.w[j]);
+        bad |= kvc_nonfinite(y[j]);
+    }
+    const int fp8 = a.nope_format == KVC_NOPE_FP8_E4M3;
+    int64_t po, so;
+    kvc_slot_offsets(&a, slot, &po, &so);
+    uint8_t *payload = a.kv_cache + po;
+    uint8_t *scales = a.kv_cache + so;
+    uint8_t out[8];
+    int nout = 0, e = 0;
+    /* bf16 and group amax on all 128 threads: the shuffles must not diverge
+     * (xor < 16 stays inside a 16-thread group; q >= 112 is RoPE, unused). */
+    float z[4], amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        kvc_u16 h = kvc_bf16_bits(y[j]);
+        if (q < 112) bad |= kvc_bf16_nonfinite(h);
+        z[j] = kvc_bf16_to_f32(h);
+        amax = fmaxf(amax, fabsf(z[j])); /* NaN only where bad is set */
+    }
+#pragma unroll
+    for (int k = 1; k < 16; k <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
+    if (q < 112) { /* NOPE: groups of 16 threads */
+        e = kvc_group_exponent(amax, fp8);
+#pragma unroll
+        for (int j = 0; j < 4; j++) out[j] = kvc_nope_code(z[j], e, fp8);
+        nout = 4;
+    } else { /* RoPE: 2 pairs per thread */
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            float uo, wo;
+            kvc_rope(y[2 * t], y[2 * t + 1], f.cs[2 * t], f.cs[2 * t + 1], &uo, &wo);
+            bad |= kvc_nonfinite(uo) | kvc_nonfinite(wo);
+            kvc_u16 hu = kvc_bf16_bits(uo), hw = kvc_bf16_bits(wo);
+            bad |= kvc_bf16_nonfinite(hu) | kvc_bf16_nonfinite(hw);
+            out[4 * t + 0] = (uint8_t)(hu & 0xFF);
+            out[4 * t + 1] = (uint8_t)(hu >> 8);
+            out[4 * t + 2] = (uint8_t)(hw & 0xFF);
+            out[4 * t + 3] = (uint8_t)(hw >> 8);
+        }
+        nout = 8;
+    }
+    /* block-wide OR over the 128 finalising threads */
+    bad = or_across_128(bad);
+    if (q < 112) {
+        for (int j = 0; j < 4; j++) payload[4 * q + j] = bad ? 0 : out[j];
+        if ((q & 15) == 0) scales[q >> 4] = bad ? 0xFF : (uint8_t)(e + 127);
+    } else {
+        uint8_t *rp = payload + 448 + 8 * (q - 112);
+        for (int j = 0; j < nout; j++) rp[j] = bad ? (uint8_t)((j & 1) ? 0x7F : 0xC0) : out[j];
+    }
+    if (q == 0) scales[7] = 0;
+    return bad;
+}
+
+/* Thread state <-> a [3][512] float array (shared or global). */
+__device__ __forceinline__ void st_store(const stv &st, float *dst, int q) {
+#pragma unroll
+    for (int j = 0; j < DPT; j++) {
+        dst[DPT * q + j] = st.m[j];
+        dst[512 + DPT * q + j] = st.d[j];
+        dst[1024 + DPT * q + j] = st.n[j];
+    }
+}
+__device__ __forceinline__ stv st_load(const float *src, int q) {
+    stv st;
+#pragma unroll
+    for (int j = 0; j < DPT; j++) {
+        st.m[j] = __ldcg(src + DPT * q + j);
+        st.d[j] = __ldcg(src + 512 + DPT * q + j);
+        st.n[j] = __ldcg(src + 1024 + DPT * q + j);
+    }
+    return st;
+}
+
+/* Merge n consecutive chunk states (a complete subtree, n a power of two
+ * <= TREE_MAX): all loads are issued first, then the tree is merged in registers. */
+__device__ stv merge_chunks_tree(const float *base, long long k0, int n, int q) {
+    stv acc[TREE_MAX];
+#pragma unroll
+    for (int k = 0; k < TREE_MAX; k++)
+        if (k < n) acc[k] = st_load(base + (k0 + k) * (3 * 512), q);
+#pragma unroll
+    for (int w = 1; w < TREE_MAX; w *= 2)
+#pragma unroll
+        for (int k = 0; k + w < TREE_MAX; k += 2 * w)
+            if (k + w < n) st_merge(acc[k], acc[k + w]);
+    return acc[0];
+}
+
+/* Lane states -> lane 0 (tree order) through shared memory; all threads call. */
+__device__ void merge_lanes(stv &st, int lane, int active, int q, float *smem) {
+    if (active <= 1) return;
+    if (lane < active) st_store(st, smem + lane * (3 * 512), q);
+    __syncthreads();
+    if (lane == 0) {
+        stv B;
+#pragma unroll
+        for (int j = 0; j < DPT; j++) {
+            B.m[j] = smem[3 * 512 + DPT * q + j];
+            B.d[j] = smem[3 * 512 + 512 + DPT * q + j];
+            B.n[j] = smem[3 * 512 + 1024 + DPT * q + j];
+        }
+        st_merge(st, B); /* MAX_LANES == 2 */
+    }
+    __syncthreads();
+}
+
+/* c = num / den of lane 0's state, handed to the 128-thread finaliser. */
+__device__ void finish(const launch_params &P, const kvc_out_info &inf, const stv &st, int q, float *smem) {
+    /* lane-0 threads (q < DG) write c, the first 128 read 4 each */
+#pragma unroll
+    for (int j = 0; j < DPT; j++) smem[DPT * q + j] = KVC_DIV(st.n[j], st.d[j]);
+    asm volatile("bar.sync 2, %0;" ::"r"(DG));
+    if (q >= 128) return;
+    float c[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) c[j] = smem[4 * q + j];
+    fin_in f;
+    fin_load_weights(P, q, f);
+    fin_load_cos_sin(P, inf.pc, q, f);
+    const int bad = finalize(P, inf.slot, c, q, smem + 512, f);
+    if (q == 0) {
+        count(&P.status->outputs_written);
+        if (bad) count(&P.status->outputs_nonfinite);
+    }
+}
+
+#if KVC_CUDA_DPT == 0 || DPT == KVC_CUDA_DPT /* the main kernel: for the DPTs in use */
+template <int KF>
+__global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(const launch_params P) {
+    extern __shared__ float smem[]; /* [MAX_LANES][3][512] states; finaliser scratch */
+    __shared__ row_table rt;
+    __shared__ unsigned ticket;
+    const int tid = threadIdx.x, q = tid % DG, lane = tid / DG;
+    const long long o = blockIdx.x / P.nchunk, j = blockIdx.x % P.nchunk;
+    TR(0);
+
+    kvc_out_info inf;
+    const int chk = kvc_check_output(&P.a, o, &inf, 0);
+    TR(1);
+    if (chk != KVC_CHECK_NONE) {
+        if (j == 0 && tid == 0) {
+            record_error(P.status, chk, o, inf.value);
+            count(&P.status->outputs_invalid);
+        }
+        return;
+    }
+    if (inf.slot < 0) {
+        if (j == 0 && tid == 0) count(&P.status->outputs_padding);
+        return;
+    }
+    int64_t cstart, csize;
+    kvc_chunk_of(P.nseg, P.ch, j, &cstart, &csize);
+    const int active = (int)(csize < P.lanes ? csize : P.lanes); /* lanes with work */
+    const long long kk = csize / active;                        /* segments per lane */
+
+    if (tid == 0) rt.bad = 0;
+    __syncthreads();
+    const long long r0 = cstart * KVC_SEG;
+    const long long rend = (cstart + csize) * KVC_SEG < P.rows ? (cstart + csize) * KVC_SEG : P.rows;
+    fill_rows(P, inf, r0, (int)(rend - r0), &rt);
+    __syncthreads();
+    TR(2);
+    const int bad_rows = rt.bad;
+    if (bad_rows && tid == 0) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, rt.bad_g);
+
+    stv st;
+    if (!bad_rows) {
+        if (lane < active) st = subtree_rt<KF>(P, &rt, r0, cstart + lane * kk, kk, q);
+        merge_lanes(st, lane, active, q, smem);
+    }
+    TR(3);
+    if (P.nchunk == 1) {
+        if (bad_rows) {
+            if (tid == 0) count(&P.status->outputs_invalid);
+            return;
+        }
+        if (lane != 0) return;
+        finish(P, inf, st, q, smem);
+        return;
+    }
+    /* publish the chunk state; the last CTA of the output merges them */
+    if (lane == 0 && !bad_rows) st_store(st, P.chunk_states + (o * P.nchunk + j) * (3 * 512), q);
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) ticket = atomicAdd(&P.tickets[o], bad_rows ? (BAD_BIT + 1u) : 1u);
+    __syncthreads();
+    const unsigned t = ticket;
+    TR(4);
+    if ((t & ~BAD_BIT) != (unsigned)(P.nchunk - 1)) return;
+    __threadfence();
+    if ((t & BAD_BIT) || bad_rows) { /* some chunk of this output saw a bad block */
+        if (tid == 0) count(&P.status->outputs_invalid);
+        return;
+    }
+    const float *base = P.chunk_states + o * P.nchunk * (3 * 512);
+    if (P.uniform) {
+        /* all chunks full and a power-of-two count: lanes merge complete subtrees */
+        const int la = P.nchunk < P.lanes ? (int)P.nchunk : P.lanes;
+        const int per = (int)(P.nchunk / la);
+        if (lane < la) st = merge_chunks_tree(base, lane * per, per, q);
+        merge_lanes(st, lane, la, q, smem);
+    } else if (lane == 0) {
+        /* general: canonical binary counter over chunk sizes */
+        stv stack[STACK_MAX];
+        long long sizes[STACK_MAX];
+        int top = -1;
+        for (long long k = 0; k < P.nchunk; k++) {
+            int64_t s0, sz;
+            kvc_chunk_of(P.nseg, P.ch, k, &s0, &sz);
+            top++;
+            stack[top] = st_load(base + k * (3 * 512), q);
+            sizes[top] = sz;
+            while (top >= 1 && sizes[top - 1] == sizes[top]) {
+                st_merge(stack[top - 1], stack[top]);
+                sizes[top - 1] *= 2;
+                top--;
+            }
+        }
+        for (int k = top - 1; k >= 0; k--) st_merge(stack[k], stack[k + 1]);
+        st = stack[0];
+    }
+    TR(5);
+    if (lane != 0) return;
+    finish(P, inf, st, q, smem);
+    TR(6);
+}
+#endif
+
+
+#if DPT == 2 /* the one-segment kernel is written for 2 dims per thread */
+/*
+ * Windows of one segment (C <= 8, or C <= 4 with overlap: DeepSeek-V4's C4
+ * compressor): one output is only 8 rows, so a CTA per output spent its life
+ * in the dependent-load chain of its prologue.  Here a CTA of DG threads
+ * takes K = P.small_k <= SMALL_K consecutive outputs: their index checks run
+ * in parallel (thread k: output k), their 8 K row offsets are resolved in
+ * parallel (one thread per row, each row's block checked), then the outputs
+ * are reduced and finalised one after another, the next output's loads in
+ * flight during the current one's finalisation.
+ */
+#define SMALL_K 32 /* outputs per CTA at most */
+#ifndef KVC_CUDA_SMALL_MINB
+#define KVC_CUDA_SMALL_MINB 3 /* small kernel: resident CTAs per SM asked of the compiler */
+#endif
+#define SMALL_MINB KVC_CUDA_SMALL_MINB
+
+struct small_rows {
+    long long voff[SMALL_K * KVC_SEG], soff[SMALL_K * KVC_SEG];
+};
+
+__global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const launch_params P) {
+    __shared__ small_rows rt; /* rows of output k: 8k .. 8k+7           */
+    __shared__ long long s_slot[SMALL_K], s_pc[SMALL_K], s_r[SMALL_K], s_p[SMALL_K], s_badg[SMALL_K];
+    __shared__ int s_ok[SMALL_K], s_bad[SMALL_K], s_masked[SMALL_K];
+    __shared__ float cbufs[2][512 + 8]; /* c and the finaliser's scratch, alternating per output */
+    const kvc_args &a = P.a;
+    const int q = threadIdx.x;
+    const long long o0 = (long long)blockIdx.x * P.small_k;
+    const int kn = (int)(a.num_outputs - o0 < P.small_k ? a.num_outputs - o0 : P.small_k);
+    if (q < kn) {
+        kvc_out_info inf;
+        const long long o = o0 + q;
+        const int chk = kvc_check_output(&a, o, &inf, 0);
+        int ok = 0;
+        if (chk != KVC_CHECK_NONE) {
+            record_error(P.status, chk, o, inf.value);
+            count(&P.status->outputs_invalid);
+        } else if (inf.slot < 0) {
+            count(&P.status->outputs_padding);
+        } else {
+            ok = 1;
+        }
+        s_ok[q] = ok;
+        s_bad[q] = 0;
+        s_masked[q] = 0;
+        s_slot[q] = inf.slot;
+        s_pc[q] = inf.pc;
+        s_r[q] = inf.r;
+        s_p[q] = inf.p;
+    }
+    __syncthreads();
+    const long long C = a.compress_ratio;
+    const int rows = (int)P.rows; /* <= 8 */
+    for (int t = q; t < kn * KVC_SEG; t += DG) {
+        const int k = t / KVC_SEG, i = t % KVC_SEG;
+        rt.voff[t] = rt.soff[t] = -1;
+        if (!s_ok[k] || i >= rows) continue;
+        int vo, so;
+        const long long pos = kvc_window_row(s_p[k], C, a.overlap == KVC_OVERLAP_ON, i, &vo, &so);
+        if (pos < 0) { /* masked: value 0, score -Inf */
+            s_masked[k] = 1;
+            continue;
+        }
+        const long long blk = a.block_table[s_r[k] * a.block_table_stride + pos / a.block_size];
+        if (blk < 0 || blk >= a.num_blocks) {
+            if (atomicCAS(&s_bad[k], 0, 1) == 0) s_badg[k] = blk;
+            continue;
+        }
+        const long long base = kvc_state_row_offset(&a, blk, pos);
+        rt.voff[t] = base + vo;
+        rt.soff[t] = base + so;
+    }
+    fin_in f;
+    fin_load_weights(P, q, f);
+    __syncthreads();
+    /* outputs to reduce: ok and no bad block (uniform); the others report */
+    auto next_live = [&](int k) {
+        for (; k < kn; k++) {
+            if (!s_ok[k]) continue;
+            if (!s_bad[k]) return k;
+            if (q == 0) {
+                record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o0 + k, s_badg[k]);
+                count(&P.status->outputs_invalid);
+            }
+        }
+        return kn;
+    };
+    /* 8 unmasked rows and 8-byte loads (all but a request's first windows):
+     * straight-line loads, no per-row branches; the choice is per output,
+     * the same for the whole CTA.  (Copying windows into shared memory with
+     * cp.async two outputs ahead measured 13% slower: bench/NOTES.md.) */
+    auto load = [&](int k, seg_data &x) {
+        if (rows == KVC_SEG && P.vec && !s_masked[k]) {
+            seg_load_full<true>(P, &rt, k * KVC_SEG, q, x); /* overlap: score halves not at +512 */
+        } else {
+            seg_load(P, &rt, k * KVC_SEG, rows, q, x);
+        }
+    };
+    int written = 0, nonfinite = 0; /* thread 0's counts (bad: thread 0's return) */
+    int k = next_live(0);
+    seg_data x;
+    if (k < kn) load(k, x);
+    for (int b = 0; k < kn; b ^= 1) {
+        float *cbuf = cbufs[b]; /* last used two outputs ago: every thread passed a barrier since */
+        fin_load_cos_sin(P, s_pc[k], q, f);
+        const stv st = seg_compute(x, rows);
+        const int kk = next_live(k + 1);
+        if (kk < kn) load(kk, x); /* in flight while k finalises */
+#pragma unroll
+        for (int j = 0; j < DPT; j++) cbuf[DPT * q + j] = KVC_DIV(st.n[j], st.d[j]);
+        __syncthreads();
+        if (q < 128) {
+            float c[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) c[j] = cbuf[4 * q + j];
+            const int bad = finalize(P, s_slot[k], c, q, cbuf + 512, f);
+            written++;
+            nonfinite += bad;
+        }
+        k = kk;
+    }
+    /* one atomic per CTA and counter, not one per output */
+    if (q == 0 && written)
+        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_written), (unsigned long long)written);
+    if (q == 0 && nonfinite)
+        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), (unsigned long long)nonfinite);
+}
+#endif
+
+/* what the host needs of this DPT */
+constexpr int kDG = DG, kMaxLanes = MAX_LANES, kTreeMax = TREE_MAX;
+#if DPT == 2
+constexpr int kSmallK = SMALL_K, kSmallMinb = SMALL_MINB;
+#undef SMALL_K
+#undef SMALL_MINB
+#endif
+#undef DG
+#undef MAX_LANES
+#undef MAX_CHUNK_ROWS
+#undef STACK_MAX
+#undef NSTATE
+#undef BAD_BIT
+#undef TREE_MAX
