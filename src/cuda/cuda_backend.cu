@@ -71,6 +71,9 @@
 #endif
 #define MAX_CH 16              /* segments per chunk (32 = 16 per lane measured
                                   25% slower at 131k, C >= 256: bench/NOTES.md) */
+#ifndef KVC_CUDA_MAXCHUNKS
+#define KVC_CUDA_MAXCHUNKS 8   /* chunks per output at most (v17; was 16)     */
+#endif
 #ifndef KVC_CUDA_LANES
 #define KVC_CUDA_LANES 2       /* lanes per CTA (DPT 2): 1 or 2             */
 #endif
@@ -223,12 +226,13 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
      * spread over long chunks (v13, CHDIV 264: 32k/65k-token cases 2-10%
      * faster than with four waves; v15, CHDIV 132: 32k-token cases 17%
      * faster than with two), but chunks of >= 4 segments, <= MAX_CH = 16
-     * (2 lanes x 8), and <= 16 chunks per output (so the last CTA's merge
-     * is the parallel, load-all-first one) */
+     * (2 lanes x 8), and <= KVC_CUDA_MAXCHUNKS = 8 chunks per output (the
+     * last CTA's merge is the parallel, load-all-first one; v17: 8k tokens
+     * at C=512 4% faster with 8 chunks of 8 segments than 16 of 4) */
     const long long total = nout * P.nseg;
     long long ch = pow2_floor(total / KVC_CUDA_CHDIV > 0 ? total / KVC_CUDA_CHDIV : 1);
     if (ch < 4) ch = 4;
-    while (ch * 16 < P.nseg) ch *= 2;
+    while (ch * KVC_CUDA_MAXCHUNKS < P.nseg) ch *= 2;
     if (ch > MAX_CH) ch = MAX_CH;
     while (ch > 1 && ch > P.nseg) ch /= 2;
     P.ch = ch;
