@@ -177,6 +177,14 @@ static kvc_status grow(cl_context ctx, cl_mem *buf, size_t *have, size_t need, c
     return KVC_OK;
 }
 
+/* Chunk plan knobs (compile time; bench/NOTES.md). */
+#ifndef KVC_OPENCL_CHDIV
+#define KVC_OPENCL_CHDIV 132     /* chunk size ~ total segments / CHDIV (v8; was 528) */
+#endif
+#ifndef KVC_OPENCL_MAXCHUNKS
+#define KVC_OPENCL_MAXCHUNKS 8   /* chunks per output at most (v8; was 16)      */
+#endif
+
 static long long pow2_floor(long long x) {
     long long p = 1;
     while (p * 2 <= x) p *= 2;
@@ -201,15 +209,18 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
         return cl_fail(err, "clEnqueueFillBuffer(status)");
     if (a->num_outputs == 0) return KVC_OK;
 
-    /* the CUDA backend's chunk policy: several waves of work-groups, chunks of
-     * >= 4 segments, <= 16 chunks per output where the window allows */
+    /* the CUDA backend's chunk policy (v15/v17 there, v8 here): about one
+     * wave of work-groups, chunks of >= 4 segments (<= 128), <= 8 chunks
+     * per output where the window allows.  On the H200 the 32k-token cases
+     * ran 31-34% faster than with the old divisor 528 (several waves), the
+     * 65k ones 17-18% (bench/NOTES.md) */
     kvc_cl_plan pl;
     pl.rows = a->overlap == KVC_OVERLAP_ON ? 2 * a->compress_ratio : a->compress_ratio;
     pl.nseg = (pl.rows + KVC_SEG - 1) / KVC_SEG;
     const long long total = (long long)a->num_outputs * pl.nseg;
-    long long ch = pow2_floor(total / 528 > 0 ? total / 528 : 1);
+    long long ch = pow2_floor(total / KVC_OPENCL_CHDIV > 0 ? total / KVC_OPENCL_CHDIV : 1);
     if (ch < 4) ch = 4;
-    while (ch * 16 < pl.nseg && ch < 128) ch *= 2;
+    while (ch * KVC_OPENCL_MAXCHUNKS < pl.nseg && ch < 128) ch *= 2;
     if (ch > 128) ch = 128;
     while (ch > 1 && ch > pl.nseg) ch /= 2;
     pl.ch = ch;
