@@ -120,7 +120,7 @@ struct launch_params {
     long long ch;               /* full chunk size in segments                   */
     int lanes;                  /* L                                             */
     int uniform;                /* all chunks full, nchunk a power of 2 <= kTreeMax L */
-    int vec;                    /* 8-byte loads allowed (alignment)              */
+    int vec;                    /* DPT-float loads allowed (alignment)           */
     int fast;                   /* vec and no overlap: straight-line full segments */
     int small_k;                /* one-segment windows: outputs per CTA            */
 };

@@ -7,19 +7,15 @@
  * the main kernel for both; the host picks one per call).  No include guard
  * on purpose; every macro it defines is undefined at the end.
  *
- * Needs: kvc_canon.h, kvc_check.h, kvc_internal.h, launch_params, TR() and
- * the tuning knobs of cuda_backend.cu.
+ * Needs: kvc_canon.h, kvc_check.h, kvc_internal.h, launch_params, TR(),
+ * MAX_CH, KVC_LD and the tuning knobs of cuda_backend.cu.
  */
 #define DG (512 / DPT)         /* threads per lane                         */
 #define MAX_LANES (DPT == 2 ? KVC_CUDA_LANES : 1) /* lanes per CTA          */
 #define MAX_CHUNK_ROWS (8 * MAX_CH)
 #define STACK_MAX 48           /* chunk-merge stack depth (any S < 2^47)   */
-#define NSTATE (3 * DPT)       /* floats of one thread's state             */
 #define BAD_BIT 0x80000000u
 #define TREE_MAX (DPT == 1 ? 16 : 8) /* chunk states one thread merges at once  */
-
-
-
 
 struct stv {
     float m[DPT], d[DPT], n[DPT];
@@ -716,6 +712,5 @@ constexpr int kSmallK = SMALL_K, kSmallMinb = SMALL_MINB;
 #undef MAX_LANES
 #undef MAX_CHUNK_ROWS
 #undef STACK_MAX
-#undef NSTATE
 #undef BAD_BIT
 #undef TREE_MAX
