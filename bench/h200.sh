@@ -7,6 +7,9 @@
 #   bench     kvcompress bench, headline, both layouts (default kernel)
 #   engine    the engine case set
 #   opencl    OpenCL golden + semantics + headline bench (NVIDIA's driver)
+#   oclminb   OpenCL: the occupancy patch for MINBS (default 0 3 4), timed and golden-checked
+#   oclab     OpenCL A/B: devbin/kvc vs devbin/kvc_$AB (default v8), headline, twice
+#   oclopts   OpenCL: kernel variants by build options (OPTS='a;b'), golden + bench each
 #   sanitize  compute-sanitizer memcheck/racecheck/initcheck on golden + errors
 #   ncu       stall breakdown of the kernel on two cases
 #   sass      instruction mix of the kernels (cuobjdump)
@@ -40,6 +43,36 @@ for s in "$@"; do
     $D/test_golden $G backend=opencl repeat=3 2>&1 | tail -2
     $D/test_semantics backend=opencl 2>&1 | tail -3
     $D/kvc bench --backend opencl --json $OUT/opencl-headline.json > $OUT/opencl-headline.txt 2>&1; tail -3 $OUT/opencl-headline.txt ;;
+  oclminb)
+    # the OpenCL occupancy patch (KVC_OPENCL_NV_MINB) against the plain build, one call
+    step oclminb
+    KVC_OPENCL_DUMP=$OUT/opencl-program.ptx $D/kvc bench --backend opencl --cases quick --layout contig > /dev/null 2>&1
+    for m in ${MINBS:-0 3 4}; do
+      KVC_OPENCL_NV_MINB=$m KVC_OPENCL_BUILD_LOG=1 $D/test_golden $G backend=opencl 2>&1 | grep -E "patch|passed|failed" | tail -2
+      KVC_OPENCL_NV_MINB=$m $D/kvc bench --backend opencl --layout ${LAYOUT:-contig} > $OUT/opencl-minb$m.txt 2>&1
+      echo "minb $m"; grep -E "t131072|t8192_c128|failed" $OUT/opencl-minb$m.txt
+    done ;;
+  oclab)
+    # OpenCL A/B: devbin/kvc against devbin/kvc_$AB (default v8), interleaved, same call
+    step oclab
+    for r in 1 2; do for b in kvc_${AB:-v8} kvc; do
+      $D/$b bench --backend opencl --layout ${LAYOUT:-contig} > $OUT/opencl-ab-$b-$r.txt 2>&1
+      echo "$b run $r"; grep -E "t131072|t65536_c128|t8192_c128|failed" $OUT/opencl-ab-$b-$r.txt
+    done; done ;;
+  oclopts)
+    # OpenCL kernel variants by build options (OPTS: ';'-separated option sets), one call:
+    # golden check, headline bench (contig), program dump for each
+    step oclopts
+    IFS=';' read -ra sets <<< "${OPTS:-}"
+    i=0
+    for o in "" "${sets[@]}"; do
+      i=$((i+1))
+      echo "-- variant $i: '$o'"
+      m=0; case $o in minb=*) m=${o%% *}; m=${m#minb=}; o=${o#* } ;; esac  # "minb=N opts": KVC_OPENCL_NV_MINB
+      KVC_OPENCL_NV_MINB=$m KVC_OPENCL_BUILD_OPTIONS="$o" $D/test_golden $G backend=opencl 2>&1 | tail -1
+      KVC_OPENCL_NV_MINB=$m KVC_OPENCL_BUILD_OPTIONS="$o" KVC_OPENCL_DUMP=$OUT/prog-$i.ptx $D/kvc bench --backend opencl --layout ${LAYOUT:-contig} > $OUT/opts-$i.txt 2>&1
+      grep -E "t131072|t65536_c128|t32768_c128|t8192_c128|failed" $OUT/opts-$i.txt
+    done ;;
   sanitize)
     step sanitize
     for t in ${TOOLS:-memcheck racecheck initcheck}; do

@@ -227,8 +227,11 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
     kvc_args a = c.args;
     const int64_t W = a.state_width;
     /* strided state: stride_token = W + 16, stride_block = bs * (W + 16) + 48;
-     * variant bit 3: W + 2 (rows only 8-byte aligned, not 16) */
-    int64_t st_tok = W + ((variant & 8) ? 2 : 16), st_blk = bs * st_tok + 48;
+     * variant bit 3: W + 2 (rows only 8-byte aligned, not 16); bit 4: odd
+     * strides W + 1 and bs * (W + 1) + 5 (rows only 4-byte aligned: the GPU
+     * backends' scalar-load paths) */
+    int64_t st_tok = W + ((variant & 16) ? 1 : (variant & 8) ? 2 : 16);
+    int64_t st_blk = bs * st_tok + ((variant & 16) ? 5 : 48);
     float *state = malloc(sizeof(float) * (size_t)(a.num_blocks * st_blk));
     for (size_t i = 0; i < (size_t)(a.num_blocks * st_blk); i++) state[i] = NAN; /* gaps are poison */
     for (int64_t g = 0; g < a.num_blocks; g++)
@@ -401,7 +404,7 @@ int main(int argc, char **argv) {
     const int64_t Cs[] = {1, 3, 8, 100, 128, 256, 512, 1000}, bss[] = {1, 7, 8, 16, 64}, Ss[] = {1, 2, 64};
     int k = 0;
     for (int i = 0; i < 8; i++)
-        for (int j = 0; j < 5; j++, k++) shape_case(Cs[i], bss[j], Ss[k % 3], k % 16, 700 + (uint64_t)k);
+        for (int j = 0; j < 5; j++, k++) shape_case(Cs[i], bss[j], Ss[k % 3], k % 32, 700 + (uint64_t)k);
     printf("%s (%d failures)\n", tu_failures ? "FAILED" : "passed", tu_failures);
     return tu_failures ? 1 : 0;
 }

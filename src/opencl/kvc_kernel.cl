@@ -17,7 +17,8 @@
  * publishes its chunk state and the last group of the output (ticket
  * counter) merges the chunk states in canonical order; the group then
  * finalises the slot together (finalize_group).  Chunks of full segments
- * without masked rows take straight-line code on GPUs (v6, reduce_full).
+ * without masked rows take straight-line code on GPUs (v6, reduce_full),
+ * with 8-byte loads where every row is 8-byte aligned (v9).
  */
 #include "kvc_canon.h"
 #include "kvc_check.h"
@@ -32,7 +33,21 @@
 typedef struct {
     long rows, nseg, ch, nchunk;
     long small_k; /* > 0: kvc_compress_small, outputs per work-group */
+    long vec;     /* every row 8-byte aligned: float2 loads (else vload2) */
 } kvc_cl_plan;
+
+/* A row's dims 2q, 2q+1.  vload2 promises only 4-byte alignment, and
+ * NVIDIA's compiler makes it two 4-byte loads; with every row 8-byte
+ * aligned (pl.vec: buffers start aligned, both strides even) a float2
+ * load is one 8-byte load (H200: bench/NOTES.md, OpenCL v9). */
+#ifndef KVC_CL_VLOAD
+#define KVC_CL_VLOAD 0 /* 1: vload2 on the straight-line path too (experiment) */
+#endif
+#if KVC_CL_VLOAD
+#define KVC_CL_LD2(p, q) vload2(q, (p))
+#else
+#define KVC_CL_LD2(p, q) (((__global const float2 *)(p))[q])
+#endif
 
 /* Mirrors the host's kvc_cl_status (opencl_backend.c). */
 typedef struct {
@@ -62,11 +77,14 @@ static void record_error(__global kvc_cl_status *st, int check, long o, long val
  * for dims 2q, 2q+1: value and score pairs.  plain: no masked (or bad)
  * row in the chunk, so the loads need no per-row test. */
 static inline void seg_load(__global const float *state, __local const long *rowoff, long sdelta, int lr, int n,
-                            int q, float2 *v, float2 *s, int plain) {
+                            int q, float2 *v, float2 *s, int plain, int vec) {
     for (int i = 0; i < KVC_SEG; i++) {
         if (i >= n) break;
         const long off = rowoff[lr + i];
-        if (plain || off >= 0) {
+        if ((plain || off >= 0) && vec) {
+            v[i] = KVC_CL_LD2(state + off, q);
+            s[i] = KVC_CL_LD2(state + off + sdelta, q);
+        } else if (plain || off >= 0) {
             v[i] = vload2(q, state + off);
             s[i] = vload2(q, state + off + sdelta);
         } else {
@@ -104,7 +122,7 @@ static st2 reduce_segments(const kvc_cl_plan *pl, __global const float *state, _
     int top = -1;
     float2 v[KVC_SEG], s[KVC_SEG], vn[KVC_SEG], sn[KVC_SEG];
     int n = (int)(pl->rows - s0 * KVC_SEG < KVC_SEG ? pl->rows - s0 * KVC_SEG : KVC_SEG);
-    seg_load(state, rowoff, sdelta, 0, n, q, vn, sn, plain);
+    seg_load(state, rowoff, sdelta, 0, n, q, vn, sn, plain, (int)pl->vec);
     for (long k = 0; k < count; k++) {
         const int nc = n;
         for (int i = 0; i < KVC_SEG; i++) {
@@ -114,7 +132,7 @@ static st2 reduce_segments(const kvc_cl_plan *pl, __global const float *state, _
         if (k + 1 < count) { /* the next segment's loads in flight during this one */
             const long r1 = (s0 + k + 1) * KVC_SEG;
             n = (int)(pl->rows - r1 < KVC_SEG ? pl->rows - r1 : KVC_SEG);
-            seg_load(state, rowoff, sdelta, (int)((k + 1) * KVC_SEG), n, q, vn, sn, plain);
+            seg_load(state, rowoff, sdelta, (int)((k + 1) * KVC_SEG), n, q, vn, sn, plain, (int)pl->vec);
         }
         top++;
         stack[top] = seg_reduce(v, s, nc);
@@ -144,8 +162,8 @@ static st2 reduce_segments(const kvc_cl_plan *pl, __global const float *state, _
 #endif
 #define KVC_CL_LD(i)                                         \
     const long o##i = rowoff[lr + i];                        \
-    const float2 v##i = vload2(q, state + o##i);             \
-    const float2 s##i = vload2(q, state + o##i + sdelta);
+    const float2 v##i = KVC_CL_LD2(state + o##i, q);         \
+    const float2 s##i = KVC_CL_LD2(state + o##i + sdelta, q);
 #define KVC_CL_STEP(i)                                                                  \
     kvc_seg_step(r.m[0], s##i.x, v##i.x, &r.d[0], &r.n[0]);                            \
     kvc_seg_step(r.m[1], s##i.y, v##i.y, &r.d[1], &r.n[1]);
@@ -186,6 +204,110 @@ static inline void sub_full_8(__global const float *state, __local const long *r
     st_merge(out, &b);
 }
 
+/*
+ * Software-pipelined forms of the 8-segment block (KVC_CL_FORM, v9):
+ * 1 (default) = two named segment buffers, the next segment's 16 loads
+ * issued before the current one's arithmetic; 2 = one buffer, the next
+ * segment's row i loaded as soon as row i is consumed (the CUDA kernel's
+ * order); 0 = the v6 form above (sub_full_8: each segment loads, then
+ * computes).  H200, 131k tokens C=128/256/512 (bench/NOTES.md, v9):
+ * form 1 178/181/187 us, form 0 204/246/232, form 2 266/249/244 with
+ * 8-byte loads; form 0 with vload2 (v8) 183-207.
+ */
+#ifndef KVC_CL_FORM
+#define KVC_CL_FORM 1
+#endif
+typedef struct {
+    float2 v[KVC_SEG], s[KVC_SEG];
+} seg8;
+#define KVC_CL_ROWLD(X_, i, lr)                                \
+    do {                                                      \
+        const long o_ = rowoff[(lr) + (i)];                   \
+        (X_).v[i] = KVC_CL_LD2(state + o_, q);                 \
+        (X_).s[i] = KVC_CL_LD2(state + o_ + sdelta, q);        \
+    } while (0)
+#define KVC_CL_SEGLD(X_, lr)                                                                                     \
+    do {                                                                                                        \
+        KVC_CL_ROWLD(X_, 0, lr); KVC_CL_ROWLD(X_, 1, lr); KVC_CL_ROWLD(X_, 2, lr); KVC_CL_ROWLD(X_, 3, lr);         \
+        KVC_CL_ROWLD(X_, 4, lr); KVC_CL_ROWLD(X_, 5, lr); KVC_CL_ROWLD(X_, 6, lr); KVC_CL_ROWLD(X_, 7, lr);         \
+    } while (0)
+#define KVC_CL_XSTEP(X_, i)                                                   \
+    kvc_seg_step(r.m[0], (X_).s[i].x, (X_).v[i].x, &r.d[0], &r.n[0]);         \
+    kvc_seg_step(r.m[1], (X_).s[i].y, (X_).v[i].y, &r.d[1], &r.n[1]);
+#define KVC_CL_XMAX(X_, c)                                                                                     \
+    kvc_max(kvc_max(kvc_max(kvc_max(kvc_max(kvc_max(kvc_max((X_).s[0].c, (X_).s[1].c), (X_).s[2].c), (X_).s[3].c), \
+                                    (X_).s[4].c), (X_).s[5].c), (X_).s[6].c), (X_).s[7].c)
+/* segment state of x (8 full rows); roll: reload row i of local rows from
+ * lrn into x right after row i is consumed */
+#define KVC_CL_SEGX(X_, out, roll, lrn)                                  \
+    do {                                                                \
+        st2 r;                                                          \
+        r.m[0] = KVC_CL_XMAX(X_, x);                                     \
+        r.m[1] = KVC_CL_XMAX(X_, y);                                     \
+        r.d[0] = r.d[1] = r.n[0] = r.n[1] = 0.0f;                       \
+        KVC_CL_XSTEP(X_, 0) if (roll) KVC_CL_ROWLD(X_, 0, lrn);            \
+        KVC_CL_XSTEP(X_, 1) if (roll) KVC_CL_ROWLD(X_, 1, lrn);            \
+        KVC_CL_XSTEP(X_, 2) if (roll) KVC_CL_ROWLD(X_, 2, lrn);            \
+        KVC_CL_XSTEP(X_, 3) if (roll) KVC_CL_ROWLD(X_, 3, lrn);            \
+        KVC_CL_XSTEP(X_, 4) if (roll) KVC_CL_ROWLD(X_, 4, lrn);            \
+        KVC_CL_XSTEP(X_, 5) if (roll) KVC_CL_ROWLD(X_, 5, lrn);            \
+        KVC_CL_XSTEP(X_, 6) if (roll) KVC_CL_ROWLD(X_, 6, lrn);            \
+        KVC_CL_XSTEP(X_, 7) if (roll) KVC_CL_ROWLD(X_, 7, lrn);            \
+        kvc_seg_close(r.m[0], &r.d[0], &r.n[0]);                        \
+        kvc_seg_close(r.m[1], &r.d[1], &r.n[1]);                        \
+        out = r;                                                        \
+    } while (0)
+
+/* One block of 8 full segments from local row lr, canonical tree order.
+ * On entry the block's first segment is in a (loads issued); more: the
+ * segment after the block exists, and is left in a on return. */
+static inline st2 block8_pipe(__global const float *state, __local const long *rowoff, long sdelta, int lr, int q,
+                              seg8 *ap, int more) {
+    seg8 a = *ap;
+    st2 out, b, c, d;
+#if KVC_CL_FORM == 1
+    seg8 x;
+    KVC_CL_SEGLD(x, lr + 8);
+    KVC_CL_SEGX(a, out, 0, 0);
+    KVC_CL_SEGLD(a, lr + 16);
+    KVC_CL_SEGX(x, b, 0, 0);
+    st_merge(&out, &b);
+    KVC_CL_SEGLD(x, lr + 24);
+    KVC_CL_SEGX(a, c, 0, 0);
+    KVC_CL_SEGLD(a, lr + 32);
+    KVC_CL_SEGX(x, d, 0, 0);
+    st_merge(&c, &d);
+    st_merge(&out, &c);
+    KVC_CL_SEGLD(x, lr + 40);
+    KVC_CL_SEGX(a, b, 0, 0);
+    KVC_CL_SEGLD(a, lr + 48);
+    KVC_CL_SEGX(x, c, 0, 0);
+    st_merge(&b, &c);
+    KVC_CL_SEGLD(x, lr + 56);
+    KVC_CL_SEGX(a, c, 0, 0);
+    if (more) KVC_CL_SEGLD(a, lr + 64);
+    KVC_CL_SEGX(x, d, 0, 0);
+#else
+    KVC_CL_SEGX(a, out, 1, lr + 8);
+    KVC_CL_SEGX(a, b, 1, lr + 16);
+    st_merge(&out, &b);
+    KVC_CL_SEGX(a, c, 1, lr + 24);
+    KVC_CL_SEGX(a, d, 1, lr + 32);
+    st_merge(&c, &d);
+    st_merge(&out, &c);
+    KVC_CL_SEGX(a, b, 1, lr + 40);
+    KVC_CL_SEGX(a, c, 1, lr + 48);
+    st_merge(&b, &c);
+    KVC_CL_SEGX(a, c, 1, lr + 56);
+    KVC_CL_SEGX(a, d, more, lr + 64);
+#endif
+    st_merge(&c, &d);
+    st_merge(&b, &c);
+    st_merge(&out, &b);
+    *ap = a;
+    return out;
+}
+
 /* A chunk of count full, present segments (a power of two, as every
  * chunk): blocks of 8 (single segments below 8) through the binary
  * counter.  (Two blocks of 8 inlined for count = 16 instead of the loop ran
@@ -195,10 +317,19 @@ static st2 reduce_full(__global const float *state, __local const long *rowoff, 
     long sizes[KVC_CL_SEG_STACK];
     int top = -1;
     const long blk = count < 8 ? 1 : 8;
+#if KVC_CL_FORM != 0
+    seg8 a;
+    if (blk == 8) KVC_CL_SEGLD(a, 0);
+#endif
     for (long b = 0; b < count / blk; b++) {
         top++;
+#if KVC_CL_FORM != 0
+        if (blk == 8)
+            stack[top] = block8_pipe(state, rowoff, sdelta, (int)(b * 8 * KVC_SEG), q, &a, b + 1 < count / 8);
+#else
         if (blk == 8)
             sub_full_8(state, rowoff, sdelta, (int)(b * 8 * KVC_SEG), q, &stack[top]);
+#endif
         else
             sub_full_1(state, rowoff, sdelta, (int)(b * KVC_SEG), q, &stack[top]);
         sizes[top] = blk;
@@ -283,10 +414,13 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
     return bad;
 }
 
+#ifndef KVC_CL_RESTRICT
+#define KVC_CL_RESTRICT /* experiment: restrict (read-only cache path) */
+#endif
 /* Both kernels take the same arguments, set the same way by the host
  * (opencl_backend.c); kvc_compress_small leaves the last two unused. */
 #define KVC_CL_KERNEL_ARGS                                                                                      \
-    const kvc_shape sh, const kvc_cl_plan pl, __global const float *state, __global const int *t2r,              \
+    const kvc_shape sh, const kvc_cl_plan pl, __global const float *KVC_CL_RESTRICT state, __global const int *t2r,              \
         __global const long *positions, __global const long *slots, __global const long *bidx,                 \
         __global const int *table, __global const ushort *weight, __global const float *cos_sin,               \
         __global uchar *kv, __global kvc_cl_status *st, __global float *chunk_states,                          \
@@ -343,7 +477,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     const long sdelta = sh.overlap != 0 ? 1024 : 512; /* score half - value half */
     /* (with a bad row the offsets are -1 and the result is discarded) */
     st2 res;
-    if (KVC_CL_STRAIGHT && !masked && !bad && (cstart + csize) * KVC_SEG <= pl.rows)
+    if (KVC_CL_STRAIGHT && pl.vec && !masked && !bad && (cstart + csize) * KVC_SEG <= pl.rows)
         res = reduce_full(state, rowoff, sdelta, csize, q);
     else
         res = reduce_segments(&pl, state, rowoff, sdelta, cstart, csize, q, !masked && !bad);
@@ -490,7 +624,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         k++;
     }
     float2 v[KVC_SEG], s[KVC_SEG];
-    if (k < kn) seg_load(state, rowoff, sdelta, k * KVC_SEG, rows, q, v, s, !s_masked[k]);
+    if (k < kn) seg_load(state, rowoff, sdelta, k * KVC_SEG, rows, q, v, s, !s_masked[k], (int)pl.vec);
     while (k < kn) {
         const st2 res = seg_reduce(v, s, rows);
         int kk = k + 1;
@@ -502,7 +636,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
             kk++;
         }
         if (kk < kn) /* in flight while k finalises */
-            seg_load(state, rowoff, sdelta, kk * KVC_SEG, rows, q, v, s, !s_masked[kk]);
+            seg_load(state, rowoff, sdelta, kk * KVC_SEG, rows, q, v, s, !s_masked[kk], (int)pl.vec);
         for (int j = 0; j < 2; j++) c[2 * q + j] = KVC_DIV(res.n[j], res.d[j]);
         barrier(CLK_LOCAL_MEM_FENCE);
         long po, so;

@@ -33,7 +33,7 @@ typedef struct {
 
 /* Mirrors kvc_cl_plan of kvc_kernel.cl. */
 typedef struct {
-    cl_long rows, nseg, ch, nchunk, small_k;
+    cl_long rows, nseg, ch, nchunk, small_k, vec;
 } kvc_cl_plan;
 
 typedef struct {
@@ -70,6 +70,83 @@ int kvc_opencl_available(void) {
         if (clGetDeviceIDs(plats[i], CL_DEVICE_TYPE_ALL, 0, NULL, &nd) == CL_SUCCESS && nd > 0) return 1;
     }
     return 0;
+}
+
+/*
+ * NVIDIA's OpenCL driver: occupancy directive for the main kernel.
+ *
+ * The driver compiles OpenCL C to PTX and PTX to machine code picking the
+ * register count by itself; it ignores -cl-nv-maxrregcount=N (bench/NOTES.md)
+ * and at 98 registers runs 2 work-groups of 256 per SM.  Its program binary
+ * is the PTX text, which a program may be rebuilt from
+ * (clCreateProgramWithBinary); the PTX directive `.minnctapersm N` on the
+ * kernel's entry asks the PTX compiler for N resident work-groups per SM,
+ * i.e. registers <= 65536 / (256 N).  The arithmetic is the same PTX, so the
+ * bytes are the same; only the register allocation changes.
+ *
+ * KVC_OPENCL_NV_MINB (compile time, env of the same name at run time):
+ * 0 = leave the program as built.  KVC_OPENCL_DUMP=file writes the built
+ * program binary (PTX on NVIDIA) for inspection.  Any failure keeps the
+ * original program.
+ */
+#ifndef KVC_OPENCL_NV_MINB
+#define KVC_OPENCL_NV_MINB 0
+#endif
+static cl_program nv_occupancy(cl_context ctx, cl_device_id dev, cl_program prog) {
+    int minb = KVC_OPENCL_NV_MINB;
+    const char *env = getenv("KVC_OPENCL_NV_MINB");
+    if (env && *env) minb = atoi(env);
+    const char *dump = getenv("KVC_OPENCL_DUMP");
+    if (minb <= 0 && !(dump && *dump)) return prog;
+    size_t size = 0;
+    if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
+        return prog;
+    const char *tag = ".entry kvc_compress_kernel(";
+    char extra[48];
+    snprintf(extra, sizeof extra, "\n.minnctapersm %d", minb);
+    char *bin = malloc(size + sizeof extra + 1);
+    if (!bin) return prog;
+    unsigned char *bp = (unsigned char *)bin;
+    if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bp, &bp, NULL) != CL_SUCCESS) {
+        free(bin);
+        return prog;
+    }
+    bin[size] = 0;
+    if (dump && *dump) {
+        FILE *f = fopen(dump, "wb");
+        if (f) {
+            fwrite(bin, 1, size, f);
+            fclose(f);
+        }
+    }
+    /* PTX only: the entry's parameter list ends at the first ")" after the
+     * tag; its body opens at the next "{" */
+    char *at = minb > 0 && strstr(bin, ".target sm_") ? strstr(bin, tag) : NULL;
+    char *close = at ? strchr(at, ')') : NULL;
+    char *body = close ? strchr(close, '{') : NULL;
+    if (!body || strstr(bin, ".minnctapersm")) {
+        free(bin);
+        return prog;
+    }
+    const size_t head = (size_t)(body - bin), n = strlen(extra);
+    memmove(bin + head + n + 1, bin + head, strlen(bin + head) + 1);
+    memcpy(bin + head, extra, n);
+    bin[head + n] = '\n';
+    const size_t len = strlen(bin);
+    const unsigned char *cb = (const unsigned char *)bin;
+    cl_int err, bst;
+    cl_program p2 = clCreateProgramWithBinary(ctx, 1, &dev, &len, &cb, &bst, &err);
+    if (err == CL_SUCCESS && bst == CL_SUCCESS) err = clBuildProgram(p2, 1, &dev, "", NULL, NULL);
+    else if (err == CL_SUCCESS) err = bst;
+    free(bin);
+    if (err != CL_SUCCESS) {
+        if (p2) clReleaseProgram(p2);
+        const char *show = getenv("KVC_OPENCL_BUILD_LOG");
+        if (show && *show == '1') fprintf(stderr, "kvcompress: OpenCL occupancy patch not applied (error %d)\n", (int)err);
+        return prog;
+    }
+    clReleaseProgram(prog);
+    return p2;
 }
 
 /* The cached program (and status buffer) of the queue's context and device. */
@@ -126,6 +203,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
         pthread_mutex_unlock(&g_lock);
         return kvc_fail(KVC_ERROR_DEVICE, "OpenCL program build failed (%d): %.900s", (int)err, log);
     }
+    prog = nv_occupancy(ctx, dev, prog);
     cl_mem status = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(kvc_cl_status), NULL, &err);
     if (err != CL_SUCCESS) {
         clReleaseProgram(prog);
@@ -227,6 +305,8 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     pl.nchunk = kvc_chunk_count(pl.nseg, ch);
     long long groups = (long long)a->num_outputs * pl.nchunk;
     pl.small_k = 0;
+    /* 8-byte loads: buffers start aligned (offset 0), so both strides even */
+    pl.vec = a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0;
     const long long slots = 2LL * ent->units, nout = a->num_outputs;
     if (pl.nseg == 1 && nout > slots * 32) {
         /* one-segment windows (kvc_compress_small): K outputs per group,
