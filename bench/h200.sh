@@ -8,8 +8,9 @@
 #   engine    the engine case set
 #   opencl    OpenCL golden + semantics + headline bench (NVIDIA's driver)
 #   oclminb   OpenCL: the occupancy patch for MINBS (default 0 3 4), timed and golden-checked
-#   oclab     OpenCL A/B: devbin/kvc vs devbin/kvc_$AB (default v8), headline, twice
+#   ab        A/B: devbin/kvc vs devbin/kvc_$AB (default old) on $BACKEND (default cuda), headline, twice
 #   oclopts   OpenCL: kernel variants by build options (OPTS='a;b'), golden + bench each
+#   oclsplit  OpenCL: split kernel on/off x occupancy x .cs loads (SPLITS='sp,minb,cs ...'), golden + bench each
 #   sanitize  compute-sanitizer memcheck/racecheck/initcheck on golden + errors
 #   ncu       stall breakdown of the kernel on two cases
 #   sass      instruction mix of the kernels (cuobjdump)
@@ -52,12 +53,13 @@ for s in "$@"; do
       KVC_OPENCL_NV_MINB=$m $D/kvc bench --backend opencl --layout ${LAYOUT:-contig} > $OUT/opencl-minb$m.txt 2>&1
       echo "minb $m"; grep -E "t131072|t8192_c128|failed" $OUT/opencl-minb$m.txt
     done ;;
-  oclab)
-    # OpenCL A/B: devbin/kvc against devbin/kvc_$AB (default v8), interleaved, same call
-    step oclab
-    for r in 1 2; do for b in kvc_${AB:-v8} kvc; do
-      $D/$b bench --backend opencl --layout ${LAYOUT:-contig} > $OUT/opencl-ab-$b-$r.txt 2>&1
-      echo "$b run $r"; grep -E "t131072|t65536_c128|t8192_c128|failed" $OUT/opencl-ab-$b-$r.txt
+  ab)
+    # A/B: devbin/kvc against devbin/kvc_$AB (default old) on $BACKEND (default cuda), interleaved, same call
+    step ab
+    be=${BACKEND:-cuda}
+    for r in 1 2; do for b in kvc_${AB:-old} kvc; do
+      $D/$b bench --backend $be --layout ${LAYOUT:-contig} > $OUT/$be-ab-$b-$r.txt 2>&1
+      echo "$b run $r"; grep -E "t131072|t65536_c128|t32768_c128|t8192|failed" $OUT/$be-ab-$b-$r.txt
     done; done ;;
   oclopts)
     # OpenCL kernel variants by build options (OPTS: ';'-separated option sets), one call:
@@ -73,6 +75,20 @@ for s in "$@"; do
       KVC_OPENCL_NV_MINB=$m KVC_OPENCL_BUILD_OPTIONS="$o" KVC_OPENCL_DUMP=$OUT/prog-$i.ptx $D/kvc bench --backend opencl --layout ${LAYOUT:-contig} > $OUT/opts-$i.txt 2>&1
       grep -E "t131072|t65536_c128|t32768_c128|t8192_c128|failed" $OUT/opts-$i.txt
     done ;;
+  oclsplit)
+    # the split kernel (v10) against the 2-dims kernel, same call: golden, bench, program dump
+    step oclsplit
+    # variants: "split,minb" pairs (KVC_OPENCL_SPLIT, KVC_OPENCL_NV_MINB_SPLIT)
+    # variants: "split,minb,cs" (KVC_OPENCL_SPLIT, KVC_OPENCL_NV_MINB_SPLIT, KVC_OPENCL_NV_CS)
+    for v in ${SPLITS:-0,4,0 1,4,0 1,0,0}; do
+      IFS=, read -r sp mb cs <<< "$v"
+      echo "-- KVC_OPENCL_SPLIT=$sp KVC_OPENCL_NV_MINB_SPLIT=$mb KVC_OPENCL_NV_CS=$cs"
+      export KVC_OPENCL_SPLIT=$sp KVC_OPENCL_NV_MINB_SPLIT=$mb KVC_OPENCL_NV_CS=${cs:-0}
+      $D/test_golden $G backend=opencl repeat=${REPEAT:-1} 2>&1 | tail -1
+      $D/kvc bench --backend opencl --layout ${LAYOUT:-contig} > $OUT/split-$sp-$mb-$cs.txt 2>&1
+      grep -E "t131072|t65536|t32768_c128|t8192|failed" $OUT/split-$sp-$mb-$cs.txt
+    done
+    unset KVC_OPENCL_SPLIT KVC_OPENCL_NV_MINB_SPLIT KVC_OPENCL_NV_CS ;;
   sanitize)
     step sanitize
     for t in ${TOOLS:-memcheck racecheck initcheck}; do

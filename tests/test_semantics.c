@@ -330,12 +330,13 @@ static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_re
     uint8_t *cpu = rows_of(&c.args);
     const int64_t bad_o = 11; /* request 1, its 4th window */
     int64_t b = c.boundary_token_indices[bad_o];
-    struct { const char *what; int check; int64_t value; } cases[3] = {
+    struct { const char *what; int check; int64_t value; } cases[4] = {
         {"physical block", 5 /* KVC_CHECK_PHYSICAL_BLOCK */, 999},
         {"slot", 7 /* KVC_CHECK_SLOT */, 12345},
         {"position", 3 /* KVC_CHECK_POSITION */, 5},
+        {"physical blocks of two chunks", 5, 999},
     };
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < (C >= 128 ? 4 : 3); k++) {
         kvc_case d;
         if (!gen(&d, 2, 2 * 1024, C, 8, 1, 31)) break;
         int64_t p = d.positions[b], r = d.token_to_req[b];
@@ -343,6 +344,11 @@ static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_re
         if (k == 0) d.block_table[r * d.args.blocks_per_req + (p - 7) / 8] = 999;
         if (k == 1) d.kv_slot_mapping[b] = 12345;
         if (k == 2) d.positions[b] = 5;
+        /* rows p - 127 .. p - 64: the first two of the window's chunks (the
+         * kernels' chunks are <= C / 2 rows here), so that two work-groups
+         * of the output carry the bad mark (the ticket's bad bit once was
+         * added per group and two of them cancelled out) */
+        for (int64_t q = p - 127; k == 3 && q <= p - 64; q += 8) d.block_table[r * d.args.blocks_per_req + q / 8] = 999;
         kvc_kit_poison(d.kv_cache, d.kv_cache_bytes, 50 + (uint64_t)k);
         uint8_t *before = tu_dup(d.kv_cache, d.kv_cache_bytes);
         kvc_device_status ds;

@@ -526,7 +526,10 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     if (lane == 0 && !bad_rows) st_store(st, P.chunk_states + (o * P.nchunk + j) * (3 * 512), q);
     __threadfence();
     __syncthreads();
-    if (tid == 0) ticket = atomicAdd(&P.tickets[o], bad_rows ? (BAD_BIT + 1u) : 1u);
+    if (tid == 0) { /* the bad mark or-ed in before the count: a sum of two marks would carry out of the bit */
+        if (bad_rows) atomicOr(&P.tickets[o], BAD_BIT);
+        ticket = atomicAdd(&P.tickets[o], 1u);
+    }
     __syncthreads();
     const unsigned t = ticket;
     TR(4);

@@ -426,6 +426,126 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
         __global uchar *kv, __global kvc_cl_status *st, __global float *chunk_states,                          \
         __global volatile int *tickets
 
+/* Output o's index checks (every group of the output runs them; `first`,
+ * one work-item of one group, records an error or the padding count).
+ * @return 1 if the output is to be computed (inf filled), 0 if it is
+ * invalid or padding: the whole group returns. */
+static int output_of(const kvc_shape *sh, __global const long *bidx, __global const long *slots,
+                     __global const int *t2r, __global const long *positions, __global const int *table,
+                     __global kvc_cl_status *st, long o, int first, kvc_out_info *inf) {
+    const int chk = kvc_check_output_s(sh, bidx, slots, t2r, positions, table, o, inf, 0);
+    if (chk != KVC_CHECK_NONE) {
+        if (first) {
+            record_error(st, chk, o, inf->value);
+            atomic_inc(&st->invalid);
+        }
+        return 0;
+    }
+    if (inf->slot < 0) {
+        if (first) atomic_inc(&st->padding);
+        return 0;
+    }
+    return 1;
+}
+
+/* The chunk's rows [r0, r0 + 8 csize) (clipped to the window): offsets of the
+ * value halves into rowoff[] (-1: masked or bad), one work-item per row,
+ * each row's physical block checked (the device half of the PHYSICAL_BLOCK
+ * check: *bad set, *bad_g its value), *masked set for an overlap row before
+ * the request.  Every work-item calls it (its barriers). */
+static void fill_rows(const kvc_shape *sh, const kvc_cl_plan *pl, const kvc_out_info *inf, __global const int *table,
+                      long cstart, long csize, __local long *rowoff, __local int *bad, __local int *masked,
+                      __local long *bad_g, int q) {
+    const long C = sh->compress_ratio, r0 = cstart * KVC_SEG;
+    const long rend = (cstart + csize) * KVC_SEG < pl->rows ? (cstart + csize) * KVC_SEG : pl->rows;
+    __global const int *trow = table + inf->r * sh->block_table_stride;
+    if (q == 0) *bad = *masked = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long t = q; t < rend - r0; t += KVC_CL_WG) {
+        int vo, so;
+        const long pos = kvc_window_row(inf->p, C, sh->overlap != 0, r0 + t, &vo, &so);
+        long off = -1;
+        if (pos < 0) *masked = 1;
+        if (pos >= 0) {
+            const long g = trow[pos / sh->block_size];
+            if (g < 0 || g >= sh->num_blocks) {
+                if (atomic_xchg(bad, 1) == 0) *bad_g = g;
+            } else {
+                off = kvc_row_offset(g, pos, sh->block_size, sh->state_stride_block, sh->state_stride_token) + vo;
+            }
+        }
+        rowoff[t] = off;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* Output o's chunk states (all published), merged in canonical order for
+ * dims 2q, 2q+1: binary counter over the chunk sizes.  Chunk states cross
+ * work-groups, where OpenCL 1.2 promises nothing for plain memory (NVIDIA's
+ * mem_fence is work-group scoped: the last group read stale states now and
+ * then), so they are written with atomic_xchg (see publish below) and read
+ * with atomic_or(p, 0): global atomics are coherent across work-groups. */
+static st2 merge_chunk_states(const kvc_cl_plan *pl, __global float *chunk_states, long o, int q) {
+    __global volatile int *all = (__global volatile int *)(chunk_states + o * pl->nchunk * 1536);
+    st2 stack[KVC_CL_CHUNK_STACK];
+    long sizes[KVC_CL_CHUNK_STACK];
+    int top = -1;
+    for (long k = 0; k < pl->nchunk; k++) {
+        long s0, sz;
+        kvc_chunk_of(pl->nseg, pl->ch, k, &s0, &sz);
+        top++;
+        for (int u = 0; u < 2; u++) {
+            stack[top].m[u] = as_float(atomic_or(&all[k * 1536 + 2 * q + u], 0));
+            stack[top].d[u] = as_float(atomic_or(&all[k * 1536 + 512 + 2 * q + u], 0));
+            stack[top].n[u] = as_float(atomic_or(&all[k * 1536 + 1024 + 2 * q + u], 0));
+        }
+        sizes[top] = sz;
+        KVC_TREE_PUSH(sizes, top, CL_MERGE);
+    }
+    KVC_TREE_FOLD(top, CL_MERGE);
+    return stack[0];
+}
+
+/* The group's ticket for output o after its chunk state is published
+ * (arrivals: groups per output).  @return (all work-items) 1 if this group
+ * is the last and every group was clean (it finalises), 2 if the last and
+ * some group had a bad row (the output counts invalid), 0 otherwise. */
+static int take_ticket(__global volatile int *tickets, long o, int arrivals, int bad_rows, __local int *last, int q) {
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    if (q == 0) {
+        /* the bad mark is or-ed in before the count (a sum of marks of
+         * several bad groups would carry out of the bit) */
+        if (bad_rows) atomic_or(&tickets[o], KVC_CL_BAD_BIT);
+        const int t = atomic_add(&tickets[o], 1);
+        *last = (t & ~KVC_CL_BAD_BIT) == arrivals - 1 ? ((t & KVC_CL_BAD_BIT) || bad_rows ? 2 : 1) : 0;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return *last;
+}
+
+/* fin 1: finalise output o from res (dims 2q, 2q+1) into its slot and count
+ * it; 2: count it invalid; 0: nothing.  Every work-item calls it. */
+static void finish_output(int fin, const st2 *res, __local float *c, __local float *t, __local float *u,
+                          __local int *flags, const kvc_shape *sh, const kvc_out_info *inf, __global const ushort *weight,
+                          __global const float *cos_sin, __global uchar *kv, __global kvc_cl_status *st, int q) {
+    for (int k = 0; k < 2; k++) c[2 * q + k] = fin == 1 ? KVC_DIV(res->n[k], res->d[k]) : 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    long po, so;
+    kvc_slot_offsets_s(inf->slot, sh->kv_block_size, sh->page_stride, &po, &so);
+    const int badv = finalize_group(fin == 1, c, t, u, flags, weight, cos_sin + inf->pc * sh->cos_sin_stride,
+                                    sh->cos_sin_layout == 1, sh->rms_norm_eps, sh->nope_format == 1, kv + po, kv + so,
+                                    q);
+    if (q == 0 && fin == 2) atomic_inc(&st->invalid);
+    if (q == 0 && fin == 1) {
+        atomic_inc(&st->written);
+        if (badv) atomic_inc(&st->nonfinite);
+    }
+}
+
+/* The 2-dims kernel.  Its body is written out instead of calling the
+ * helpers above: the same code through them compiled to 153 registers
+ * instead of 128 on NVIDIA's driver (one work-group per SM, 131k tokens 268
+ * instead of 178 us; bench/NOTES.md, v10). */
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_kernel(KVC_CL_KERNEL_ARGS) {
     __local float c[512], t[256], u[256];
     __local int flags[8];
@@ -505,8 +625,9 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
             if (sink == 0x5A5A5A5A) masked = 2; /* uses sink: waits for the writes */
         }
         barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-        if (q == 0) {
-            const int t = atomic_add(&tickets[o], bad_rows ? KVC_CL_BAD_BIT + 1 : 1);
+        if (q == 0) { /* the bad mark or-ed in before the count (take_ticket) */
+            if (bad_rows) atomic_or(&tickets[o], KVC_CL_BAD_BIT);
+            const int t = atomic_add(&tickets[o], 1);
             last = (t & ~KVC_CL_BAD_BIT) == (int)(pl.nchunk - 1) ? ((t & KVC_CL_BAD_BIT) || bad_rows ? 2 : 1) : 0;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -545,6 +666,161 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         if (badv) atomic_inc(&st->nonfinite);
     }
 }
+
+/*
+ * The split kernel (v10): the same decomposition with each chunk's work
+ * split over two work-groups by dims, group h (0, 1) reducing dims
+ * 256 h + q, one per work-item, with 4-byte loads (a warp still reads 128
+ * contiguous bytes per row).  Half the registers per work-item for the
+ * same loads in flight, so more resident warps per SM (the 2-dims kernel
+ * holds 128 registers at 256 work-items: 2 groups, 16 warps per SM).  Both
+ * halves publish their chunk state (even with one chunk per output) and the
+ * last of the output's 2 x nchunk groups merges and finalises as above.
+ * The host takes it for windows of full segments without overlap (every
+ * chunk straight-line, no masked rows) on GPU devices.  Compiled only with
+ * KVC_CL_STRAIGHT (GPU devices): PoCL 3.1's LLVM 15 crashes in IPSCCP
+ * building it for the CPU (and miscomputes the straight-line forms, above).
+ */
+#if KVC_CL_STRAIGHT
+typedef struct {
+    float v[KVC_SEG], s[KVC_SEG];
+} seg1;
+typedef struct {
+    float m, d, n;
+} st1;
+static inline void st1_merge(st1 *a, const st1 *b) { kvc_merge(&a->m, &a->d, &a->n, b->m, b->d, b->n); }
+#define CL_MERGE1(l, r) st1_merge(&stack[l], &stack[r])
+#define KVC_CL_ROWLD1(X_, i, lr)                     \
+    do {                                             \
+        const long o_ = rowoff[(lr) + (i)];          \
+        (X_).v[i] = col[o_];                         \
+        (X_).s[i] = col[o_ + sdelta];                \
+    } while (0)
+#define KVC_CL_SEGLD1(X_, lr)                                                                                  \
+    do {                                                                                                       \
+        KVC_CL_ROWLD1(X_, 0, lr); KVC_CL_ROWLD1(X_, 1, lr); KVC_CL_ROWLD1(X_, 2, lr); KVC_CL_ROWLD1(X_, 3, lr); \
+        KVC_CL_ROWLD1(X_, 4, lr); KVC_CL_ROWLD1(X_, 5, lr); KVC_CL_ROWLD1(X_, 6, lr); KVC_CL_ROWLD1(X_, 7, lr); \
+    } while (0)
+#define KVC_CL_STEP1(X_, i) kvc_seg_step(r.m, (X_).s[i], (X_).v[i], &r.d, &r.n);
+#define KVC_CL_SEGX1(X_, out)                                                                                   \
+    do {                                                                                                        \
+        st1 r;                                                                                                  \
+        r.m = kvc_max(kvc_max(kvc_max(kvc_max(kvc_max(kvc_max(kvc_max((X_).s[0], (X_).s[1]), (X_).s[2]),         \
+                                                          (X_).s[3]), (X_).s[4]), (X_).s[5]), (X_).s[6]),       \
+                      (X_).s[7]);                                                                               \
+        r.d = r.n = 0.0f;                                                                                       \
+        KVC_CL_STEP1(X_, 0) KVC_CL_STEP1(X_, 1) KVC_CL_STEP1(X_, 2) KVC_CL_STEP1(X_, 3)                         \
+        KVC_CL_STEP1(X_, 4) KVC_CL_STEP1(X_, 5) KVC_CL_STEP1(X_, 6) KVC_CL_STEP1(X_, 7)                         \
+        kvc_seg_close(r.m, &r.d, &r.n);                                                                         \
+        out = r;                                                                                                \
+    } while (0)
+
+/* 8 full segments from local row lr in tree order, pipelined as
+ * block8_pipe (form 1); col: the work-item's dim of the state (value half). */
+static inline st1 block8_1(__global const float *col, __local const long *rowoff, long sdelta, int lr, seg1 *ap,
+                           int more) {
+    seg1 a = *ap, x;
+    st1 out, b, c, d;
+    KVC_CL_SEGLD1(x, lr + 8);
+    KVC_CL_SEGX1(a, out);
+    KVC_CL_SEGLD1(a, lr + 16);
+    KVC_CL_SEGX1(x, b);
+    st1_merge(&out, &b);
+    KVC_CL_SEGLD1(x, lr + 24);
+    KVC_CL_SEGX1(a, c);
+    KVC_CL_SEGLD1(a, lr + 32);
+    KVC_CL_SEGX1(x, d);
+    st1_merge(&c, &d);
+    st1_merge(&out, &c);
+    KVC_CL_SEGLD1(x, lr + 40);
+    KVC_CL_SEGX1(a, b);
+    KVC_CL_SEGLD1(a, lr + 48);
+    KVC_CL_SEGX1(x, c);
+    st1_merge(&b, &c);
+    KVC_CL_SEGLD1(x, lr + 56);
+    KVC_CL_SEGX1(a, c);
+    if (more) KVC_CL_SEGLD1(a, lr + 64);
+    KVC_CL_SEGX1(x, d);
+    st1_merge(&c, &d);
+    st1_merge(&b, &c);
+    st1_merge(&out, &b);
+    *ap = a;
+    return out;
+}
+
+/* count (a power of two <= KVC_CL_MAX_CH) full, present segments. */
+static st1 reduce_split(__global const float *col, __local const long *rowoff, long sdelta, long count) {
+    seg1 a, b;
+    st1 x, y, z, w;
+    KVC_CL_SEGLD1(a, 0);
+    if (count >= 8) {
+        st1 stack[KVC_CL_SEG_STACK];
+        long sizes[KVC_CL_SEG_STACK];
+        int top = -1;
+        for (long k = 0; k < count / 8; k++) {
+            top++;
+            stack[top] = block8_1(col, rowoff, sdelta, (int)(k * 8 * KVC_SEG), &a, k + 1 < count / 8);
+            sizes[top] = 8;
+            KVC_TREE_PUSH(sizes, top, CL_MERGE1);
+        }
+        KVC_TREE_FOLD(top, CL_MERGE1);
+        return stack[0];
+    }
+    if (count == 1) {
+        KVC_CL_SEGX1(a, x);
+        return x;
+    }
+    KVC_CL_SEGLD1(b, 8);
+    KVC_CL_SEGX1(a, x);
+    if (count == 2) {
+        KVC_CL_SEGX1(b, y);
+        st1_merge(&x, &y);
+        return x;
+    }
+    KVC_CL_SEGLD1(a, 16);
+    KVC_CL_SEGX1(b, y);
+    st1_merge(&x, &y);
+    KVC_CL_SEGLD1(b, 24);
+    KVC_CL_SEGX1(a, z);
+    KVC_CL_SEGX1(b, w);
+    st1_merge(&z, &w);
+    st1_merge(&x, &z);
+    return x;
+}
+
+__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_split(KVC_CL_KERNEL_ARGS) {
+    __local float c[512], t[256], u[256];
+    __local int flags[8];
+    __local long rowoff[KVC_CL_MAX_CH * KVC_SEG];
+    __local int last, bad, masked;
+    __local long bad_g;
+    const long per = 2 * pl.nchunk; /* groups per output */
+    const long o = get_group_id(0) / per, jh = get_group_id(0) % per, j = jh >> 1, h = jh & 1;
+    const int q = (int)get_local_id(0);
+
+    kvc_out_info inf;
+    if (!output_of(&sh, bidx, slots, t2r, positions, table, st, o, q == 0 && jh == 0, &inf)) return;
+    long cstart, csize;
+    kvc_chunk_of(pl.nseg, pl.ch, j, &cstart, &csize);
+    fill_rows(&sh, &pl, &inf, table, cstart, csize, rowoff, &bad, &masked, &bad_g, q);
+    const int bad_rows = bad;
+    if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, bad_g);
+    if (!bad_rows) { /* (a bad row: offsets -1, nothing read, the output is invalid) */
+        const st1 res = reduce_split(state + 256 * h + q, rowoff, 512, csize);
+        __global volatile int *mine =
+            (__global volatile int *)(chunk_states + (o * pl.nchunk + j) * 1536 + 256 * h + q);
+        int sink = atomic_xchg(&mine[0], as_int(res.m));
+        sink ^= atomic_xchg(&mine[512], as_int(res.d));
+        sink ^= atomic_xchg(&mine[1024], as_int(res.n));
+        if (sink == 0x5A5A5A5A) masked = 2; /* uses sink: waits for the writes */
+    }
+    const int fin = take_ticket(tickets, o, (int)per, bad_rows, &last, q);
+    st2 res;
+    for (int k = 0; k < 2; k++) res.m[k] = res.d[k] = res.n[k] = 0.0f;
+    if (fin == 1) res = merge_chunk_states(&pl, chunk_states, o, q);
+    finish_output(fin, &res, c, t, u, flags, &sh, &inf, weight, cos_sin, kv, st, q);
+}
+#endif /* KVC_CL_STRAIGHT */
 
 /*
  * Windows of one segment (C <= 8, or C <= 4 with overlap: the C4

@@ -42,7 +42,9 @@ typedef struct {
     cl_program prog;
     cl_kernel kern;    /* created once; arguments set under g_lock      */
     cl_kernel small;   /* one-segment windows: several outputs per group */
+    cl_kernel split;   /* chunks split by dims over two groups (v10)     */
     cl_uint units;     /* compute units                                  */
+    int gpu;           /* not a CPU device: straight-line kernels        */
     cl_mem status;     /* library-owned status word                     */
     cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
     size_t states_bytes;
@@ -73,38 +75,108 @@ int kvc_opencl_available(void) {
 }
 
 /*
- * NVIDIA's OpenCL driver: occupancy directive for the main kernel.
+ * NVIDIA's OpenCL driver: occupancy directives and cache operators.
  *
- * The driver compiles OpenCL C to PTX and PTX to machine code picking the
- * register count by itself; it ignores -cl-nv-maxrregcount=N (bench/NOTES.md)
- * and at 98 registers runs 2 work-groups of 256 per SM.  Its program binary
- * is the PTX text, which a program may be rebuilt from
- * (clCreateProgramWithBinary); the PTX directive `.minnctapersm N` on the
+ * The driver compiles OpenCL C to PTX and PTX to machine code, picking the
+ * register count by itself; it ignores -cl-nv-maxrregcount=N (bench/NOTES.md).
+ * Its program binary is the PTX text, which a program may be rebuilt from
+ * (clCreateProgramWithBinary); the PTX directive `.minnctapersm N` on a
  * kernel's entry asks the PTX compiler for N resident work-groups per SM,
- * i.e. registers <= 65536 / (256 N).  The arithmetic is the same PTX, so the
- * bytes are the same; only the register allocation changes.
+ * i.e. registers <= 65536 / (256 N).  The PTX is the same, so the bytes are
+ * the same; only the register allocation changes.
  *
- * KVC_OPENCL_NV_MINB (compile time, env of the same name at run time):
- * 0 = leave the program as built.  KVC_OPENCL_DUMP=file writes the built
- * program binary (PTX on NVIDIA) for inspection.  Any failure keeps the
- * original program.
+ * The same way the state loads of both kernels get the PTX cache operator
+ * .cs (evict-first: "ld.global.cs"), as the CUDA kernel's __ldcs: a hint
+ * only, same bytes.  On the H200 it took the 131k-token cases from
+ * 178/179/184 to 171/174/181 us (2-dims kernel) and 184/177/175 to
+ * 178/170/169 (split kernel); ".L2::256B" on top gained nothing.
+ *
+ * KVC_OPENCL_NV_MINB / KVC_OPENCL_NV_MINB_SPLIT (compile time; env of the
+ * same names at run time): N for kvc_compress_kernel / kvc_compress_split,
+ * 0 = as built; v10 (H200): the split kernel at 4 (64 registers, 32 warps
+ * per SM; it builds to 76 = 3 groups otherwise), the 2-dims kernel as built
+ * (3 and 4 spill: 131k tokens 272 / 362 us instead of 178).
+ * KVC_OPENCL_NV_CS: 1 = .cs loads (default), 2 = .cs.L2::256B, 0 = off.
+ * KVC_OPENCL_DUMP=file writes the built program binary (PTX on NVIDIA).  Any
+ * failure keeps the program as built.
  */
 #ifndef KVC_OPENCL_NV_MINB
 #define KVC_OPENCL_NV_MINB 0
 #endif
-static cl_program nv_occupancy(cl_context ctx, cl_device_id dev, cl_program prog) {
-    int minb = KVC_OPENCL_NV_MINB;
-    const char *env = getenv("KVC_OPENCL_NV_MINB");
-    if (env && *env) minb = atoi(env);
+#ifndef KVC_OPENCL_NV_MINB_SPLIT
+#define KVC_OPENCL_NV_MINB_SPLIT 4
+#endif
+#ifndef KVC_OPENCL_NV_CS
+#define KVC_OPENCL_NV_CS 1
+#endif
+static int knob(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+/* Insert ".minnctapersm n" into the PTX text bin (room for 32 more bytes)
+ * after entry's parameter list.  @return 1 if inserted. */
+static int ptx_minb(char *bin, const char *entry, int n) {
+    char tag[96], extra[32];
+    snprintf(tag, sizeof tag, ".entry %s(", entry);
+    char *at = n > 0 ? strstr(bin, tag) : NULL;
+    char *close = at ? strchr(at, ')') : NULL;
+    char *body = close ? strchr(close, '{') : NULL;
+    if (!body) return 0;
+    const size_t head = (size_t)(body - bin), len = (size_t)snprintf(extra, sizeof extra, ".minnctapersm %d\n", n);
+    memmove(bin + head + len, bin + head, strlen(bin + head) + 1);
+    memcpy(bin + head, extra, len);
+    return 1;
+}
+/* In the body of entry (up to the next ".entry"), " ld.global.f32" and
+ * " ld.global.v2.f32" become their ".cs" (evict-first, streaming) forms.
+ * @return a new malloc'ed text (the old one freed), or bin unchanged. */
+static char *ptx_streaming(char *bin, const char *entry, int level) {
+    char tag[96];
+    snprintf(tag, sizeof tag, ".entry %s(", entry);
+    char *at = strstr(bin, tag);
+    if (!at) return bin;
+    char *end = strstr(at + 1, ".entry ");
+    if (!end) end = bin + strlen(bin);
+    static const char *from[2] = {"ld.global.f32", "ld.global.v2.f32"};
+    static const char *to1[2] = {"ld.global.cs.f32", "ld.global.cs.v2.f32"};
+    static const char *to2[2] = {"ld.global.cs.L2::256B.f32", "ld.global.cs.L2::256B.v2.f32"};
+    const char **to = level >= 2 ? to2 : to1;
+    size_t n = 0;
+    for (const char *p = at; p < end; p++)
+        for (int k = 0; k < 2; k++)
+            if (!strncmp(p, from[k], strlen(from[k]))) n++;
+    char *out = malloc(strlen(bin) + 16 * n + 1);
+    if (!out) return bin;
+    char *w = out;
+    for (const char *p = bin; *p;) {
+        int hit = -1;
+        for (int k = 0; k < 2 && p >= at && p < end; k++)
+            if (!strncmp(p, from[k], strlen(from[k]))) hit = k;
+        if (hit < 0) {
+            *w++ = *p++;
+            continue;
+        }
+        memcpy(w, to[hit], strlen(to[hit]));
+        w += strlen(to[hit]);
+        p += strlen(from[hit]);
+    }
+    *w = 0;
+    free(bin);
+    return out;
+}
+
+static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
+    const int mk = knob("KVC_OPENCL_NV_MINB", KVC_OPENCL_NV_MINB);
+    const int ms = knob("KVC_OPENCL_NV_MINB_SPLIT", KVC_OPENCL_NV_MINB_SPLIT);
     const char *dump = getenv("KVC_OPENCL_DUMP");
-    if (minb <= 0 && !(dump && *dump)) return prog;
+    char vendor[64] = "";
+    clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
+    if (!(dump && *dump) && (!strstr(vendor, "NVIDIA") || (mk <= 0 && ms <= 0 && !knob("KVC_OPENCL_NV_CS", KVC_OPENCL_NV_CS))))
+        return prog;
     size_t size = 0;
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
         return prog;
-    const char *tag = ".entry kvc_compress_kernel(";
-    char extra[48];
-    snprintf(extra, sizeof extra, "\n.minnctapersm %d", minb);
-    char *bin = malloc(size + sizeof extra + 1);
+    char *bin = malloc(size + 2 * 32 + 1);
     if (!bin) return prog;
     unsigned char *bp = (unsigned char *)bin;
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bp, &bp, NULL) != CL_SUCCESS) {
@@ -119,19 +191,22 @@ static cl_program nv_occupancy(cl_context ctx, cl_device_id dev, cl_program prog
             fclose(f);
         }
     }
-    /* PTX only: the entry's parameter list ends at the first ")" after the
-     * tag; its body opens at the next "{" */
-    char *at = minb > 0 && strstr(bin, ".target sm_") ? strstr(bin, tag) : NULL;
-    char *close = at ? strchr(at, ')') : NULL;
-    char *body = close ? strchr(close, '{') : NULL;
-    if (!body || strstr(bin, ".minnctapersm")) {
+    /* PTX text only (NVIDIA), and not patched already */
+    int done = 0;
+    if (strstr(bin, ".target sm_") && !strstr(bin, ".minnctapersm")) {
+        done += ptx_minb(bin, "kvc_compress_kernel", mk);
+        done += ptx_minb(bin, "kvc_compress_split", ms);
+        const int cs = knob("KVC_OPENCL_NV_CS", KVC_OPENCL_NV_CS);
+        if (cs > 0) { /* state loads evict-first (experiment) */
+            bin = ptx_streaming(bin, "kvc_compress_kernel", cs);
+            bin = ptx_streaming(bin, "kvc_compress_split", cs);
+            done++;
+        }
+    }
+    if (!done) {
         free(bin);
         return prog;
     }
-    const size_t head = (size_t)(body - bin), n = strlen(extra);
-    memmove(bin + head + n + 1, bin + head, strlen(bin + head) + 1);
-    memcpy(bin + head, extra, n);
-    bin[head + n] = '\n';
     const size_t len = strlen(bin);
     const unsigned char *cb = (const unsigned char *)bin;
     cl_int err, bst;
@@ -141,8 +216,8 @@ static cl_program nv_occupancy(cl_context ctx, cl_device_id dev, cl_program prog
     free(bin);
     if (err != CL_SUCCESS) {
         if (p2) clReleaseProgram(p2);
-        const char *show = getenv("KVC_OPENCL_BUILD_LOG");
-        if (show && *show == '1') fprintf(stderr, "kvcompress: OpenCL occupancy patch not applied (error %d)\n", (int)err);
+        if (knob("KVC_OPENCL_BUILD_LOG", 0) == 1)
+            fprintf(stderr, "kvcompress: OpenCL occupancy directives not applied (error %d)\n", (int)err);
         return prog;
     }
     clReleaseProgram(prog);
@@ -203,7 +278,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
         pthread_mutex_unlock(&g_lock);
         return kvc_fail(KVC_ERROR_DEVICE, "OpenCL program build failed (%d): %.900s", (int)err, log);
     }
-    prog = nv_occupancy(ctx, dev, prog);
+    prog = nv_tune(ctx, dev, prog);
     cl_mem status = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(kvc_cl_status), NULL, &err);
     if (err != CL_SUCCESS) {
         clReleaseProgram(prog);
@@ -212,7 +287,10 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     }
     cl_kernel kern = clCreateKernel(prog, "kvc_compress_kernel", &err);
     cl_kernel small = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_compress_small", &err) : NULL;
+    const int gpu = !(type & CL_DEVICE_TYPE_CPU); /* the split kernel exists on GPU devices only */
+    cl_kernel split = err == CL_SUCCESS && gpu ? clCreateKernel(prog, "kvc_compress_split", &err) : NULL;
     if (err != CL_SUCCESS) {
+        if (small) clReleaseKernel(small);
         if (kern) clReleaseKernel(kern);
         clReleaseMemObject(status);
         clReleaseProgram(prog);
@@ -222,13 +300,14 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     cl_uint units = 0;
     if (clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS || units == 0)
         units = 1;
-    cl_entry e = {ctx, dev, prog, kern, small, units, status, NULL, 0, NULL, 0};
+    cl_entry e = {ctx, dev, prog, kern, small, split, units, gpu, status, NULL, 0, NULL, 0};
     if (g_ncache < KVC_CL_CACHE) {
         clRetainContext(ctx);
         g_cache[g_ncache] = e;
         *out = &g_cache[g_ncache++];
     } else {
         st = kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "more than %d OpenCL contexts in use", KVC_CL_CACHE);
+        if (split) clReleaseKernel(split);
         clReleaseKernel(small);
         clReleaseKernel(kern);
         clReleaseMemObject(status);
@@ -256,6 +335,9 @@ static kvc_status grow(cl_context ctx, cl_mem *buf, size_t *have, size_t need, c
 }
 
 /* Chunk plan knobs (compile time; bench/NOTES.md). */
+#ifndef KVC_OPENCL_SPLIT_CH
+#define KVC_OPENCL_SPLIT_CH 32   /* the split kernel for chunks of >= this many segments (v10) */
+#endif
 #ifndef KVC_OPENCL_CHDIV
 #define KVC_OPENCL_CHDIV 132     /* chunk size ~ total segments / CHDIV (v8; was 528) */
 #endif
@@ -320,14 +402,25 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
         groups = (nout + pl.small_k - 1) / pl.small_k;
     }
 
+    /* the split kernel (v10, kvc_kernel.cl): windows of full segments
+     * without overlap on GPU devices, chunks of >= KVC_OPENCL_SPLIT_CH
+     * segments (H200: 131k tokens C=256/512 170/169 us split, 174/180 not;
+     * C=128, 16-segment chunks, 178 split, 171 not); KVC_OPENCL_SPLIT=0:
+     * never */
+    int split = !pl.small_k && a->overlap == KVC_OVERLAP_OFF && pl.rows % KVC_SEG == 0 && ent->split &&
+                pl.ch >= KVC_OPENCL_SPLIT_CH;
+    if (knob("KVC_OPENCL_SPLIT", 1) == 0) split = 0;
+    if (split) groups = (long long)a->num_outputs * pl.nchunk * 2;
+    const int shared_states = pl.nchunk > 1 || split;
+
     pthread_mutex_lock(&g_lock);
     st = grow(ent->ctx, &ent->states, &ent->states_bytes,
-              pl.nchunk > 1 ? (size_t)a->num_outputs * (size_t)pl.nchunk * 1536 * sizeof(float) : 16, "chunk-state");
+              shared_states ? (size_t)a->num_outputs * (size_t)pl.nchunk * 1536 * sizeof(float) : 16, "chunk-state");
     if (st == KVC_OK) st = grow(ent->ctx, &ent->tickets, &ent->tickets_bytes, (size_t)a->num_outputs * 4, "ticket");
     cl_mem states = ent->states, tickets = ent->tickets;
     pthread_mutex_unlock(&g_lock);
     if (st != KVC_OK) return st;
-    if (pl.nchunk > 1 &&
+    if (shared_states &&
         (err = clEnqueueFillBuffer(q, tickets, &zero, sizeof zero, 0, (size_t)a->num_outputs * 4, 0, NULL, NULL)) !=
             CL_SUCCESS)
         return cl_fail(err, "clEnqueueFillBuffer(tickets)");
@@ -340,7 +433,7 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
                        (cl_mem)(void *)a->kv_cache, status, states, tickets};
     /* one kernel object per context: arguments and enqueue under the lock
      * (clEnqueueNDRangeKernel captures the arguments) */
-    cl_kernel k = pl.small_k ? ent->small : ent->kern;
+    cl_kernel k = pl.small_k ? ent->small : split ? ent->split : ent->kern;
     pthread_mutex_lock(&g_lock);
     err = clSetKernelArg(k, 0, sizeof sh, &sh);
     if (err == CL_SUCCESS) err = clSetKernelArg(k, 1, sizeof pl, &pl);
