@@ -354,15 +354,18 @@ static st2 reduce_full(__global const float *state, __local const long *rowoff, 
  */
 static int finalize_group(int active, __local const float *c, __local float *t, __local float *u,
                           __local int *flags, __global const ushort *w, __global const float *cs, int interleaved,
-                          float eps, int fp8, __global uchar *payload, __global uchar *scales, int q) {
-    if (q < 8) flags[q] = 0;
+                          float eps, int fp8, __global uchar *payload, __global uchar *scales, int q0, int wide) {
+    /* wide (a literal): 512 work-items call it, those from 256 on only for
+     * the barriers */
+    const int on = !wide || q0 < 256, q = wide ? (q0 & 255) : q0;
+    if (on && q < 8) flags[q] = 0;
     const float c0 = c[2 * q], c1 = c[2 * q + 1];
-    int bad = kvc_nonfinite(c0) | kvc_nonfinite(c1);
-    t[q] = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
+    int bad = on ? kvc_nonfinite(c0) | kvc_nonfinite(c1) : 0;
+    if (on) t[q] = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
     barrier(CLK_LOCAL_MEM_FENCE);
     __local float *src = t, *dst = u;
     for (int n = 256; n > 1; n >>= 1) {
-        if (q < n / 2) dst[q] = KVC_ADD(src[2 * q], src[2 * q + 1]);
+        if (on && q < n / 2) dst[q] = KVC_ADD(src[2 * q], src[2 * q + 1]);
         barrier(CLK_LOCAL_MEM_FENCE);
         __local float *x = src;
         src = dst;
@@ -371,7 +374,7 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
     const float rr = kvc_rms_scale(src[0], eps);
     const float y0 = kvc_rms_apply(c0, rr, kvc_bf16_to_f32(w[2 * q]));
     const float y1 = kvc_rms_apply(c1, rr, kvc_bf16_to_f32(w[2 * q + 1]));
-    bad |= kvc_nonfinite(y0) | kvc_nonfinite(y1);
+    bad |= on ? kvc_nonfinite(y0) | kvc_nonfinite(y1) : 0;
     ushort h0, h1;
     float z0 = 0.0f, z1 = 0.0f;
     if (q < 224) { /* NOPE */
@@ -381,7 +384,7 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
         z0 = kvc_bf16_to_f32(h0);
         z1 = kvc_bf16_to_f32(h1);
         const float a0 = z0 < 0.0f ? -z0 : z0, a1 = z1 < 0.0f ? -z1 : z1;
-        atomic_max(&flags[1 + q / 32], (int)as_uint(kvc_max(a0, a1)));
+        if (on) atomic_max(&flags[1 + q / 32], (int)as_uint(kvc_max(a0, a1)));
     } else { /* RoPE pair j = q - 224 */
         const int j = q - 224;
         const float cj = interleaved ? cs[2 * j] : cs[j];
@@ -392,10 +395,10 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
         h1 = kvc_bf16_bits(wo);
         bad |= kvc_nonfinite(uo) | kvc_nonfinite(wo) | kvc_bf16_nonfinite(h0) | kvc_bf16_nonfinite(h1);
     }
-    if (bad) flags[0] = 1;
+    if (on && bad) flags[0] = 1;
     barrier(CLK_LOCAL_MEM_FENCE);
     bad = flags[0];
-    if (active) {
+    if (active && on) {
         if (q < 224) {
             const int e = kvc_group_exponent(as_float((uint)flags[1 + q / 32]), fp8);
             payload[2 * q] = bad ? 0 : kvc_nope_code(z0, e, fp8);
@@ -455,13 +458,13 @@ static int output_of(const kvc_shape *sh, __global const long *bidx, __global co
  * the request.  Every work-item calls it (its barriers). */
 static void fill_rows(const kvc_shape *sh, const kvc_cl_plan *pl, const kvc_out_info *inf, __global const int *table,
                       long cstart, long csize, __local long *rowoff, __local int *bad, __local int *masked,
-                      __local long *bad_g, int q) {
+                      __local long *bad_g, int q, int wg) {
     const long C = sh->compress_ratio, r0 = cstart * KVC_SEG;
     const long rend = (cstart + csize) * KVC_SEG < pl->rows ? (cstart + csize) * KVC_SEG : pl->rows;
     __global const int *trow = table + inf->r * sh->block_table_stride;
     if (q == 0) *bad = *masked = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (long t = q; t < rend - r0; t += KVC_CL_WG) {
+    for (long t = q; t < rend - r0; t += wg) {
         int vo, so;
         const long pos = kvc_window_row(inf->p, C, sh->overlap != 0, r0 + t, &vo, &so);
         long off = -1;
@@ -523,18 +526,19 @@ static int take_ticket(__global volatile int *tickets, long o, int arrivals, int
     return *last;
 }
 
-/* fin 1: finalise output o from res (dims 2q, 2q+1) into its slot and count
- * it; 2: count it invalid; 0: nothing.  Every work-item calls it. */
-static void finish_output(int fin, const st2 *res, __local float *c, __local float *t, __local float *u,
-                          __local int *flags, const kvc_shape *sh, const kvc_out_info *inf, __global const ushort *weight,
-                          __global const float *cos_sin, __global uchar *kv, __global kvc_cl_status *st, int q) {
-    for (int k = 0; k < 2; k++) c[2 * q + k] = fin == 1 ? KVC_DIV(res->n[k], res->d[k]) : 0.0f;
+/* fin 1: finalise the output from c[512] (filled by the caller) into its
+ * slot and count it; 2: count it invalid; 0: nothing.  Every work-item
+ * calls it; wide: a 512-item group (finalize_group). */
+static void finish_output(int fin, __local float *c, __local float *t, __local float *u, __local int *flags,
+                          const kvc_shape *sh, const kvc_out_info *inf, __global const ushort *weight,
+                          __global const float *cos_sin, __global uchar *kv, __global kvc_cl_status *st, int q,
+                          int wide) {
     barrier(CLK_LOCAL_MEM_FENCE);
     long po, so;
     kvc_slot_offsets_s(inf->slot, sh->kv_block_size, sh->page_stride, &po, &so);
     const int badv = finalize_group(fin == 1, c, t, u, flags, weight, cos_sin + inf->pc * sh->cos_sin_stride,
                                     sh->cos_sin_layout == 1, sh->rms_norm_eps, sh->nope_format == 1, kv + po, kv + so,
-                                    q);
+                                    q, wide);
     if (q == 0 && fin == 2) atomic_inc(&st->invalid);
     if (q == 0 && fin == 1) {
         atomic_inc(&st->written);
@@ -659,7 +663,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     long po, so;
     kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, &po, &so);
     const int badv = finalize_group(fin == 1, c, t, u, flags, weight, cos_sin + inf.pc * sh.cos_sin_stride,
-                                    sh.cos_sin_layout == 1, sh.rms_norm_eps, sh.nope_format == 1, kv + po, kv + so, q);
+                                    sh.cos_sin_layout == 1, sh.rms_norm_eps, sh.nope_format == 1, kv + po, kv + so, q, 0);
     if (q == 0 && fin == 2) atomic_inc(&st->invalid);
     if (q == 0 && fin == 1) {
         atomic_inc(&st->written);
@@ -668,16 +672,20 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
 }
 
 /*
- * The split kernel (v10): the same decomposition with each chunk's work
- * split over two work-groups by dims, group h (0, 1) reducing dims
- * 256 h + q, one per work-item, with 4-byte loads (a warp still reads 128
- * contiguous bytes per row).  Half the registers per work-item for the
- * same loads in flight, so more resident warps per SM (the 2-dims kernel
- * holds 128 registers at 256 work-items: 2 groups, 16 warps per SM).  Both
- * halves publish their chunk state (even with one chunk per output) and the
- * last of the output's 2 x nchunk groups merges and finalises as above.
- * The host takes it for windows of full segments without overlap (every
- * chunk straight-line, no masked rows) on GPU devices.  Compiled only with
+ * One dim per work-item (v10, v11): half the registers per work-item for
+ * the same loads in flight, so more resident warps per SM (the 2-dims
+ * kernel holds 128 registers at 256 work-items: 2 groups, 16 warps per
+ * SM), with 4-byte loads (a warp still reads 128 contiguous bytes per row).
+ * kvc_compress_wide (v11, the default): 512 work-items per chunk, work-item
+ * q reducing dim q, finalised at once with one chunk per output (the first
+ * 256 work-items finalise; the others only meet the barriers), through the
+ * chunk states and the ticket otherwise; on NVIDIA held to 64 registers
+ * (.minnctapersm 2: 32 warps per SM).  kvc_compress_split (v10): the chunk
+ * split over two 256-item groups by dims, group h reducing dims 256 h + q;
+ * both publish their half of the chunk state and the last of the output's
+ * 2 x nchunk groups merges and finalises.  The host takes them for windows
+ * of full segments without overlap (every chunk straight-line, no masked
+ * rows) on GPU devices.  Compiled only with
  * KVC_CL_STRAIGHT (GPU devices): PoCL 3.1's LLVM 15 crashes in IPSCCP
  * building it for the CPU (and miscomputes the straight-line forms, above).
  */
@@ -788,37 +796,75 @@ static st1 reduce_split(__global const float *col, __local const long *rowoff, l
     return x;
 }
 
-__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_split(KVC_CL_KERNEL_ARGS) {
-    __local float c[512], t[256], u[256];
-    __local int flags[8];
-    __local long rowoff[KVC_CL_MAX_CH * KVC_SEG];
-    __local int last, bad, masked;
-    __local long bad_g;
-    const long per = 2 * pl.nchunk; /* groups per output */
-    const long o = get_group_id(0) / per, jh = get_group_id(0) % per, j = jh >> 1, h = jh & 1;
+/* The body of both: wide = 0, kvc_compress_split (256 work-items, half the
+ * dims each); wide = 1, kvc_compress_wide (512 work-items, all dims, one
+ * group per chunk, finalised at once with one chunk).  wide is a literal. */
+#define KVC_CL_BODY_ARGS                                                                                      \
+    const kvc_shape sh, const kvc_cl_plan pl, __global const float *state, __global const int *t2r,              \
+        __global const long *positions, __global const long *slots, __global const long *bidx,                 \
+        __global const int *table, __global const ushort *weight, __global const float *cos_sin,               \
+        __global uchar *kv, __global kvc_cl_status *st, __global float *chunk_states,                          \
+        __global volatile int *tickets, __local float *c, __local float *t, __local float *u, __local int *flags, \
+        __local long *rowoff, __local int *last, __local int *bad, __local int *masked, __local long *bad_g, int wide
+static inline void split_body(KVC_CL_BODY_ARGS) {
+    const long per = wide ? pl.nchunk : 2 * pl.nchunk; /* groups per output */
+    const long o = get_group_id(0) / per, jh = get_group_id(0) % per;
+    const long j = wide ? jh : jh >> 1, h = wide ? 0 : jh & 1;
     const int q = (int)get_local_id(0);
 
     kvc_out_info inf;
     if (!output_of(&sh, bidx, slots, t2r, positions, table, st, o, q == 0 && jh == 0, &inf)) return;
     long cstart, csize;
     kvc_chunk_of(pl.nseg, pl.ch, j, &cstart, &csize);
-    fill_rows(&sh, &pl, &inf, table, cstart, csize, rowoff, &bad, &masked, &bad_g, q);
-    const int bad_rows = bad;
-    if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, bad_g);
-    if (!bad_rows) { /* (a bad row: offsets -1, nothing read, the output is invalid) */
-        const st1 res = reduce_split(state + 256 * h + q, rowoff, 512, csize);
-        __global volatile int *mine =
-            (__global volatile int *)(chunk_states + (o * pl.nchunk + j) * 1536 + 256 * h + q);
-        int sink = atomic_xchg(&mine[0], as_int(res.m));
-        sink ^= atomic_xchg(&mine[512], as_int(res.d));
-        sink ^= atomic_xchg(&mine[1024], as_int(res.n));
-        if (sink == 0x5A5A5A5A) masked = 2; /* uses sink: waits for the writes */
+    fill_rows(&sh, &pl, &inf, table, cstart, csize, rowoff, bad, masked, bad_g, q, wide ? 512 : 256);
+    const int bad_rows = *bad;
+    if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, *bad_g);
+    st1 r1;
+    r1.m = r1.d = r1.n = 0.0f;
+    if (!bad_rows) /* (a bad row: offsets -1, nothing read, the output is invalid) */
+        r1 = reduce_split(state + 256 * h + q, rowoff, 512, csize);
+    int fin;
+    if (wide && pl.nchunk == 1) { /* the group holds the whole state: c = num / den at once */
+        fin = bad_rows ? 2 : 1;
+        c[q] = fin == 1 ? KVC_DIV(r1.n, r1.d) : 0.0f;
+    } else {
+        if (!bad_rows) {
+            __global volatile int *mine =
+                (__global volatile int *)(chunk_states + (o * pl.nchunk + j) * 1536 + 256 * h + q);
+            int sink = atomic_xchg(&mine[0], as_int(r1.m));
+            sink ^= atomic_xchg(&mine[512], as_int(r1.d));
+            sink ^= atomic_xchg(&mine[1024], as_int(r1.n));
+            if (sink == 0x5A5A5A5A) *masked = 2; /* uses sink: waits for the writes */
+        }
+        fin = take_ticket(tickets, o, (int)per, bad_rows, last, q);
+        if (q < 256) {
+            st2 res;
+            for (int k = 0; k < 2; k++) res.m[k] = res.d[k] = res.n[k] = 0.0f;
+            if (fin == 1) res = merge_chunk_states(&pl, chunk_states, o, q);
+            for (int k = 0; k < 2; k++) c[2 * q + k] = fin == 1 ? KVC_DIV(res.n[k], res.d[k]) : 0.0f;
+        }
     }
-    const int fin = take_ticket(tickets, o, (int)per, bad_rows, &last, q);
-    st2 res;
-    for (int k = 0; k < 2; k++) res.m[k] = res.d[k] = res.n[k] = 0.0f;
-    if (fin == 1) res = merge_chunk_states(&pl, chunk_states, o, q);
-    finish_output(fin, &res, c, t, u, flags, &sh, &inf, weight, cos_sin, kv, st, q);
+    finish_output(fin, c, t, u, flags, &sh, &inf, weight, cos_sin, kv, st, q, wide);
+}
+#define KVC_CL_BODY_PASS                                                                                         \
+    sh, pl, state, t2r, positions, slots, bidx, table, weight, cos_sin, kv, st, chunk_states, tickets, c, t, u, flags, \
+        rowoff, &last, &bad, &masked, &bad_g
+
+__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_split(KVC_CL_KERNEL_ARGS) {
+    __local float c[512], t[256], u[256];
+    __local int flags[8];
+    __local long rowoff[KVC_CL_MAX_CH * KVC_SEG];
+    __local int last, bad, masked;
+    __local long bad_g;
+    split_body(KVC_CL_BODY_PASS, 0);
+}
+__kernel __attribute__((reqd_work_group_size(2 * KVC_CL_WG, 1, 1))) void kvc_compress_wide(KVC_CL_KERNEL_ARGS) {
+    __local float c[512], t[256], u[256];
+    __local int flags[8];
+    __local long rowoff[KVC_CL_MAX_CH * KVC_SEG];
+    __local int last, bad, masked;
+    __local long bad_g;
+    split_body(KVC_CL_BODY_PASS, 1);
 }
 #endif /* KVC_CL_STRAIGHT */
 
@@ -919,7 +965,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         kvc_slot_offsets_s(s_slot[k], sh.kv_block_size, sh.page_stride, &po, &so);
         const int bad = finalize_group(1, c, t, u, flags, weight, cos_sin + s_pc[k] * sh.cos_sin_stride,
                                        sh.cos_sin_layout == 1, sh.rms_norm_eps, sh.nope_format == 1, kv + po,
-                                       kv + so, q);
+                                       kv + so, q, 0);
         written++;
         nonfinite += bad;
         barrier(CLK_LOCAL_MEM_FENCE); /* c, t, u, flags free for the next output */

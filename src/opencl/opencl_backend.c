@@ -43,6 +43,7 @@ typedef struct {
     cl_kernel kern;    /* created once; arguments set under g_lock      */
     cl_kernel small;   /* one-segment windows: several outputs per group */
     cl_kernel split;   /* chunks split by dims over two groups (v10)     */
+    cl_kernel wide;    /* its 512-work-item twin: one group per chunk     */
     cl_uint units;     /* compute units                                  */
     int gpu;           /* not a CPU device: straight-line kernels        */
     cl_mem status;     /* library-owned status word                     */
@@ -95,7 +96,9 @@ int kvc_opencl_available(void) {
  * same names at run time): N for kvc_compress_kernel / kvc_compress_split,
  * 0 = as built; v10 (H200): the split kernel at 4 (64 registers, 32 warps
  * per SM; it builds to 76 = 3 groups otherwise), the 2-dims kernel as built
- * (3 and 4 spill: 131k tokens 272 / 362 us instead of 178).
+ * (3 and 4 spill: 131k tokens 272 / 362 us instead of 178);
+ * KVC_OPENCL_NV_MINB_WIDE (env only) for kvc_compress_wide, default 2 (64
+ * registers, 32 warps per SM; 80 as built).
  * KVC_OPENCL_NV_CS: 1 = .cs loads (default), 2 = .cs.L2::256B, 0 = off.
  * KVC_OPENCL_DUMP=file writes the built program binary (PTX on NVIDIA).  Any
  * failure keeps the program as built.
@@ -176,7 +179,7 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     size_t size = 0;
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
         return prog;
-    char *bin = malloc(size + 2 * 32 + 1);
+    char *bin = malloc(size + 3 * 32 + 1);
     if (!bin) return prog;
     unsigned char *bp = (unsigned char *)bin;
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bp, &bp, NULL) != CL_SUCCESS) {
@@ -196,10 +199,12 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     if (strstr(bin, ".target sm_") && !strstr(bin, ".minnctapersm")) {
         done += ptx_minb(bin, "kvc_compress_kernel", mk);
         done += ptx_minb(bin, "kvc_compress_split", ms);
+        done += ptx_minb(bin, "kvc_compress_wide", knob("KVC_OPENCL_NV_MINB_WIDE", 2));
         const int cs = knob("KVC_OPENCL_NV_CS", KVC_OPENCL_NV_CS);
         if (cs > 0) { /* state loads evict-first (experiment) */
             bin = ptx_streaming(bin, "kvc_compress_kernel", cs);
             bin = ptx_streaming(bin, "kvc_compress_split", cs);
+            bin = ptx_streaming(bin, "kvc_compress_wide", cs);
             done++;
         }
     }
@@ -289,7 +294,9 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     cl_kernel small = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_compress_small", &err) : NULL;
     const int gpu = !(type & CL_DEVICE_TYPE_CPU); /* the split kernel exists on GPU devices only */
     cl_kernel split = err == CL_SUCCESS && gpu ? clCreateKernel(prog, "kvc_compress_split", &err) : NULL;
+    cl_kernel wide = err == CL_SUCCESS && gpu ? clCreateKernel(prog, "kvc_compress_wide", &err) : NULL;
     if (err != CL_SUCCESS) {
+        if (split) clReleaseKernel(split);
         if (small) clReleaseKernel(small);
         if (kern) clReleaseKernel(kern);
         clReleaseMemObject(status);
@@ -300,13 +307,14 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     cl_uint units = 0;
     if (clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS || units == 0)
         units = 1;
-    cl_entry e = {ctx, dev, prog, kern, small, split, units, gpu, status, NULL, 0, NULL, 0};
+    cl_entry e = {ctx, dev, prog, kern, small, split, wide, units, gpu, status, NULL, 0, NULL, 0};
     if (g_ncache < KVC_CL_CACHE) {
         clRetainContext(ctx);
         g_cache[g_ncache] = e;
         *out = &g_cache[g_ncache++];
     } else {
         st = kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "more than %d OpenCL contexts in use", KVC_CL_CACHE);
+        if (wide) clReleaseKernel(wide);
         if (split) clReleaseKernel(split);
         clReleaseKernel(small);
         clReleaseKernel(kern);
@@ -402,14 +410,18 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
         groups = (nout + pl.small_k - 1) / pl.small_k;
     }
 
-    /* the split kernel (v10, kvc_kernel.cl): windows of full segments
-     * without overlap on GPU devices, chunks of >= KVC_OPENCL_SPLIT_CH
-     * segments (H200: 131k tokens C=256/512 170/169 us split, 174/180 not;
-     * C=128, 16-segment chunks, 178 split, 171 not); KVC_OPENCL_SPLIT=0:
-     * never */
-    int split = !pl.small_k && a->overlap == KVC_OVERLAP_OFF && pl.rows % KVC_SEG == 0 && ent->split &&
-                pl.ch >= KVC_OPENCL_SPLIT_CH;
-    if (knob("KVC_OPENCL_SPLIT", 1) == 0) split = 0;
+    /* 1-dim-per-work-item kernels (kvc_kernel.cl) for windows of full
+     * segments without overlap on GPU devices.  v11: kvc_compress_wide (512
+     * work-items, 64 registers) for all of them: H200 131k tokens 165/159/
+     * 159 us against 171/174/181 for the 2-dims kernel and 176/169/167 for
+     * the split one (v10: split for chunks of >= KVC_OPENCL_SPLIT_CH
+     * segments only) */
+    const int eligible = !pl.small_k && a->overlap == KVC_OVERLAP_OFF && pl.rows % KVC_SEG == 0 && ent->split;
+    /* KVC_OPENCL_SPLIT: 0 never, 1 split by chunk size (v10), 2 wide (v11,
+     * default), 3 split always */
+    const int mode = knob("KVC_OPENCL_SPLIT", 2);
+    int split = eligible && ((mode == 1 && pl.ch >= KVC_OPENCL_SPLIT_CH) || mode == 3);
+    const int wide = eligible && mode == 2;
     if (split) groups = (long long)a->num_outputs * pl.nchunk * 2;
     const int shared_states = pl.nchunk > 1 || split;
 
@@ -433,7 +445,7 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
                        (cl_mem)(void *)a->kv_cache, status, states, tickets};
     /* one kernel object per context: arguments and enqueue under the lock
      * (clEnqueueNDRangeKernel captures the arguments) */
-    cl_kernel k = pl.small_k ? ent->small : split ? ent->split : ent->kern;
+    cl_kernel k = pl.small_k ? ent->small : split ? ent->split : wide ? ent->wide : ent->kern;
     pthread_mutex_lock(&g_lock);
     err = clSetKernelArg(k, 0, sizeof sh, &sh);
     if (err == CL_SUCCESS) err = clSetKernelArg(k, 1, sizeof pl, &pl);
@@ -443,7 +455,7 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "OpenCL kernel argument rejected (error %d): are the kvc_args "
                         "pointers cl_mem buffers?", (int)err);
     }
-    const size_t local = 256, global = (size_t)groups * local; /* KVC_CL_WG of kvc_kernel.cl */
+    const size_t local = wide ? 512 : 256, global = (size_t)groups * local; /* KVC_CL_WG of kvc_kernel.cl */
     err = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
     pthread_mutex_unlock(&g_lock);
     if (err != CL_SUCCESS) return cl_fail(err, "clEnqueueNDRangeKernel");
