@@ -258,6 +258,41 @@ typedef struct {
         out = r;                                                        \
     } while (0)
 
+/* Form 1 of an 8-segment block (shared by the 2-dims and the 1-dim
+ * kernels): buffers A_ (holding the block's first segment, loads issued)
+ * and X_ alternate, each segment's successor loaded before its arithmetic;
+ * with `more` the segment after the block is left loading in A_.  States
+ * out, b, c, d end as out = s0..3 merged, b = s4..7 merged (canonical
+ * tree); the caller merges out with b.  LD(buf, lr), SEG(buf, state),
+ * MERGE(into, from). */
+#define KVC_CL_BLOCK8(LD, SEG, MERGE, A_, X_, lr, more, out, b, c, d) \
+    do {                                                             \
+        LD(X_, lr + 8);                                              \
+        SEG(A_, out);                                                \
+        LD(A_, lr + 16);                                             \
+        SEG(X_, b);                                                  \
+        MERGE(out, b);                                               \
+        LD(X_, lr + 24);                                             \
+        SEG(A_, c);                                                  \
+        LD(A_, lr + 32);                                             \
+        SEG(X_, d);                                                  \
+        MERGE(c, d);                                                 \
+        MERGE(out, c);                                               \
+        LD(X_, lr + 40);                                             \
+        SEG(A_, b);                                                  \
+        LD(A_, lr + 48);                                             \
+        SEG(X_, c);                                                  \
+        MERGE(b, c);                                                 \
+        LD(X_, lr + 56);                                             \
+        SEG(A_, c);                                                  \
+        if (more) LD(A_, lr + 64);                                   \
+        SEG(X_, d);                                                  \
+        MERGE(c, d);                                                 \
+        MERGE(b, c);                                                 \
+    } while (0)
+#define KVC_CL_SEG2(X_, out) KVC_CL_SEGX(X_, out, 0, 0)
+#define KVC_CL_MERGE2(a, b) st_merge(&(a), &(b))
+
 /* One block of 8 full segments from local row lr, canonical tree order.
  * On entry the block's first segment is in a (loads issued); more: the
  * segment after the block exists, and is left in a on return. */
@@ -267,26 +302,7 @@ static inline st2 block8_pipe(__global const float *state, __local const long *r
     st2 out, b, c, d;
 #if KVC_CL_FORM == 1
     seg8 x;
-    KVC_CL_SEGLD(x, lr + 8);
-    KVC_CL_SEGX(a, out, 0, 0);
-    KVC_CL_SEGLD(a, lr + 16);
-    KVC_CL_SEGX(x, b, 0, 0);
-    st_merge(&out, &b);
-    KVC_CL_SEGLD(x, lr + 24);
-    KVC_CL_SEGX(a, c, 0, 0);
-    KVC_CL_SEGLD(a, lr + 32);
-    KVC_CL_SEGX(x, d, 0, 0);
-    st_merge(&c, &d);
-    st_merge(&out, &c);
-    KVC_CL_SEGLD(x, lr + 40);
-    KVC_CL_SEGX(a, b, 0, 0);
-    KVC_CL_SEGLD(a, lr + 48);
-    KVC_CL_SEGX(x, c, 0, 0);
-    st_merge(&b, &c);
-    KVC_CL_SEGLD(x, lr + 56);
-    KVC_CL_SEGX(a, c, 0, 0);
-    if (more) KVC_CL_SEGLD(a, lr + 64);
-    KVC_CL_SEGX(x, d, 0, 0);
+    KVC_CL_BLOCK8(KVC_CL_SEGLD, KVC_CL_SEG2, KVC_CL_MERGE2, a, x, lr, more, out, b, c, d);
 #else
     KVC_CL_SEGX(a, out, 1, lr + 8);
     KVC_CL_SEGX(a, b, 1, lr + 16);
@@ -300,9 +316,9 @@ static inline st2 block8_pipe(__global const float *state, __local const long *r
     st_merge(&b, &c);
     KVC_CL_SEGX(a, c, 1, lr + 56);
     KVC_CL_SEGX(a, d, more, lr + 64);
-#endif
     st_merge(&c, &d);
     st_merge(&b, &c);
+#endif
     st_merge(&out, &b);
     *ap = a;
     return out;
@@ -546,10 +562,11 @@ static void finish_output(int fin, __local float *c, __local float *t, __local f
     }
 }
 
-/* The 2-dims kernel.  Its body is written out instead of calling the
- * helpers above: the same code through them compiled to 153 registers
- * instead of 128 on NVIDIA's driver (one work-group per SM, 131k tokens 268
- * instead of 178 us; bench/NOTES.md, v10). */
+/* The 2-dims kernel.  Its row table and finalisation are written out
+ * instead of calling fill_rows and finish_output: through all the helpers
+ * the same code compiled to 153 registers instead of 128 on NVIDIA's driver
+ * (one work-group per SM, 131k tokens 268 instead of 178 us; bench/NOTES.md,
+ * v10). */
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_kernel(KVC_CL_KERNEL_ARGS) {
     __local float c[512], t[256], u[256];
     __local int flags[8];
@@ -611,13 +628,9 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
      * below: PoCL then lost work-items at them. */
     int fin = bad_rows ? 2 : 1;
     if (pl.nchunk > 1) {
-        /* Chunk states cross work-groups, where OpenCL 1.2 promises nothing for
-         * plain memory (NVIDIA's mem_fence is work-group scoped: the last
-         * group read stale states now and then).  Global atomics are
-         * coherent across work-groups: the states are written with
-         * atomic_xchg, whose returned values are consumed so that every
-         * write is performed before the barrier and the ticket, and read
-         * back with atomic_or(p, 0). */
+        /* publish (merge_chunk_states says why atomics): atomic_xchg, whose
+         * returned values are consumed so that every write is performed
+         * before the barrier and the ticket */
         if (!bad_rows) {
             __global volatile int *mine = (__global volatile int *)(chunk_states + (o * pl.nchunk + j) * 1536);
             int sink = 0;
@@ -628,35 +641,8 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
             }
             if (sink == 0x5A5A5A5A) masked = 2; /* uses sink: waits for the writes */
         }
-        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-        if (q == 0) { /* the bad mark or-ed in before the count (take_ticket) */
-            if (bad_rows) atomic_or(&tickets[o], KVC_CL_BAD_BIT);
-            const int t = atomic_add(&tickets[o], 1);
-            last = (t & ~KVC_CL_BAD_BIT) == (int)(pl.nchunk - 1) ? ((t & KVC_CL_BAD_BIT) || bad_rows ? 2 : 1) : 0;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        fin = last;
-        if (fin == 1) {
-            /* canonical merge of the chunks: binary counter over their sizes */
-            __global volatile int *all = (__global volatile int *)(chunk_states + o * pl.nchunk * 1536);
-            st2 stack[KVC_CL_CHUNK_STACK];
-            long sizes[KVC_CL_CHUNK_STACK];
-            int top = -1;
-            for (long k = 0; k < pl.nchunk; k++) {
-                long s0, sz;
-                kvc_chunk_of(pl.nseg, pl.ch, k, &s0, &sz);
-                top++;
-                for (int u = 0; u < 2; u++) {
-                    stack[top].m[u] = as_float(atomic_or(&all[k * 1536 + 2 * q + u], 0));
-                    stack[top].d[u] = as_float(atomic_or(&all[k * 1536 + 512 + 2 * q + u], 0));
-                    stack[top].n[u] = as_float(atomic_or(&all[k * 1536 + 1024 + 2 * q + u], 0));
-                }
-                sizes[top] = sz;
-                KVC_TREE_PUSH(sizes, top, CL_MERGE);
-            }
-            KVC_TREE_FOLD(top, CL_MERGE);
-            res = stack[0];
-        }
+        fin = take_ticket(tickets, o, (int)pl.nchunk, bad_rows, &last, q);
+        if (fin == 1) res = merge_chunk_states(&pl, chunk_states, o, q);
     }
     for (int k = 0; k < 2; k++) c[2 * q + k] = fin == 1 ? KVC_DIV(res.n[k], res.d[k]) : 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -698,6 +684,7 @@ typedef struct {
 } st1;
 static inline void st1_merge(st1 *a, const st1 *b) { kvc_merge(&a->m, &a->d, &a->n, b->m, b->d, b->n); }
 #define CL_MERGE1(l, r) st1_merge(&stack[l], &stack[r])
+#define KVC_CL_MERGE1(a, b) st1_merge(&(a), &(b))
 #define KVC_CL_ROWLD1(X_, i, lr)                     \
     do {                                             \
         const long o_ = rowoff[(lr) + (i)];          \
@@ -729,28 +716,7 @@ static inline st1 block8_1(__global const float *col, __local const long *rowoff
                            int more) {
     seg1 a = *ap, x;
     st1 out, b, c, d;
-    KVC_CL_SEGLD1(x, lr + 8);
-    KVC_CL_SEGX1(a, out);
-    KVC_CL_SEGLD1(a, lr + 16);
-    KVC_CL_SEGX1(x, b);
-    st1_merge(&out, &b);
-    KVC_CL_SEGLD1(x, lr + 24);
-    KVC_CL_SEGX1(a, c);
-    KVC_CL_SEGLD1(a, lr + 32);
-    KVC_CL_SEGX1(x, d);
-    st1_merge(&c, &d);
-    st1_merge(&out, &c);
-    KVC_CL_SEGLD1(x, lr + 40);
-    KVC_CL_SEGX1(a, b);
-    KVC_CL_SEGLD1(a, lr + 48);
-    KVC_CL_SEGX1(x, c);
-    st1_merge(&b, &c);
-    KVC_CL_SEGLD1(x, lr + 56);
-    KVC_CL_SEGX1(a, c);
-    if (more) KVC_CL_SEGLD1(a, lr + 64);
-    KVC_CL_SEGX1(x, d);
-    st1_merge(&c, &d);
-    st1_merge(&b, &c);
+    KVC_CL_BLOCK8(KVC_CL_SEGLD1, KVC_CL_SEGX1, KVC_CL_MERGE1, a, x, lr, more, out, b, c, d);
     st1_merge(&out, &b);
     *ap = a;
     return out;
