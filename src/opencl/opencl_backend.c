@@ -21,6 +21,7 @@
 
 #include "kvc_check.h"
 #include "kvc_internal.h"
+#include "ptx_tune.h"
 
 extern const char kvc_opencl_source[];
 
@@ -116,70 +117,20 @@ static int knob(const char *name, int dflt) {
     const char *v = getenv(name);
     return v && *v ? atoi(v) : dflt;
 }
-/* Insert ".minnctapersm n" into the PTX text bin (room for 32 more bytes)
- * after entry's parameter list.  @return 1 if inserted. */
-static int ptx_minb(char *bin, const char *entry, int n) {
-    char tag[96], extra[32];
-    snprintf(tag, sizeof tag, ".entry %s(", entry);
-    char *at = n > 0 ? strstr(bin, tag) : NULL;
-    char *close = at ? strchr(at, ')') : NULL;
-    char *body = close ? strchr(close, '{') : NULL;
-    if (!body) return 0;
-    const size_t head = (size_t)(body - bin), len = (size_t)snprintf(extra, sizeof extra, ".minnctapersm %d\n", n);
-    memmove(bin + head + len, bin + head, strlen(bin + head) + 1);
-    memcpy(bin + head, extra, len);
-    return 1;
-}
-/* In the body of entry (up to the next ".entry"), " ld.global.f32" and
- * " ld.global.v2.f32" become their ".cs" (evict-first, streaming) forms.
- * @return a new malloc'ed text (the old one freed), or bin unchanged. */
-static char *ptx_streaming(char *bin, const char *entry, int level) {
-    char tag[96];
-    snprintf(tag, sizeof tag, ".entry %s(", entry);
-    char *at = strstr(bin, tag);
-    if (!at) return bin;
-    char *end = strstr(at + 1, ".entry ");
-    if (!end) end = bin + strlen(bin);
-    static const char *from[2] = {"ld.global.f32", "ld.global.v2.f32"};
-    static const char *to1[2] = {"ld.global.cs.f32", "ld.global.cs.v2.f32"};
-    static const char *to2[2] = {"ld.global.cs.L2::256B.f32", "ld.global.cs.L2::256B.v2.f32"};
-    const char **to = level >= 2 ? to2 : to1;
-    size_t n = 0;
-    for (const char *p = at; p < end; p++)
-        for (int k = 0; k < 2; k++)
-            if (!strncmp(p, from[k], strlen(from[k]))) n++;
-    char *out = malloc(strlen(bin) + 16 * n + 1);
-    if (!out) return bin;
-    char *w = out;
-    for (const char *p = bin; *p;) {
-        int hit = -1;
-        for (int k = 0; k < 2 && p >= at && p < end; k++)
-            if (!strncmp(p, from[k], strlen(from[k]))) hit = k;
-        if (hit < 0) {
-            *w++ = *p++;
-            continue;
-        }
-        memcpy(w, to[hit], strlen(to[hit]));
-        w += strlen(to[hit]);
-        p += strlen(from[hit]);
-    }
-    *w = 0;
-    free(bin);
-    return out;
-}
-
 static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     const int mk = knob("KVC_OPENCL_NV_MINB", KVC_OPENCL_NV_MINB);
     const int ms = knob("KVC_OPENCL_NV_MINB_SPLIT", KVC_OPENCL_NV_MINB_SPLIT);
+    const int mw = knob("KVC_OPENCL_NV_MINB_WIDE", 2);
+    const int cs = knob("KVC_OPENCL_NV_CS", KVC_OPENCL_NV_CS);
     const char *dump = getenv("KVC_OPENCL_DUMP");
     char vendor[64] = "";
     clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
-    if (!(dump && *dump) && (!strstr(vendor, "NVIDIA") || (mk <= 0 && ms <= 0 && !knob("KVC_OPENCL_NV_CS", KVC_OPENCL_NV_CS))))
-        return prog;
+    const int tune = strstr(vendor, "NVIDIA") && (mk > 0 || ms > 0 || mw > 0 || cs > 0);
+    if (!tune && !(dump && *dump)) return prog; /* (PoCL builds every kernel when asked for its binary) */
     size_t size = 0;
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
         return prog;
-    char *bin = malloc(size + 3 * 32 + 1);
+    char *bin = malloc(size + 1);
     if (!bin) return prog;
     unsigned char *bp = (unsigned char *)bin;
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof bp, &bp, NULL) != CL_SUCCESS) {
@@ -194,19 +145,15 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
             fclose(f);
         }
     }
-    /* PTX text only (NVIDIA), and not patched already */
+    /* PTX text only, and not edited already */
     int done = 0;
-    if (strstr(bin, ".target sm_") && !strstr(bin, ".minnctapersm")) {
-        done += ptx_minb(bin, "kvc_compress_kernel", mk);
-        done += ptx_minb(bin, "kvc_compress_split", ms);
-        done += ptx_minb(bin, "kvc_compress_wide", knob("KVC_OPENCL_NV_MINB_WIDE", 2));
-        const int cs = knob("KVC_OPENCL_NV_CS", KVC_OPENCL_NV_CS);
-        if (cs > 0) { /* state loads evict-first (experiment) */
-            bin = ptx_streaming(bin, "kvc_compress_kernel", cs);
-            bin = ptx_streaming(bin, "kvc_compress_split", cs);
-            bin = ptx_streaming(bin, "kvc_compress_wide", cs);
-            done++;
-        }
+    if (tune && strstr(bin, ".target sm_") && !strstr(bin, ".minnctapersm")) {
+        bin = kvc_ptx_minb(bin, "kvc_compress_kernel", mk, &done);
+        bin = kvc_ptx_minb(bin, "kvc_compress_split", ms, &done);
+        bin = kvc_ptx_minb(bin, "kvc_compress_wide", mw, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_compress_kernel", cs, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_compress_split", cs, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_compress_wide", cs, &done);
     }
     if (!done) {
         free(bin);

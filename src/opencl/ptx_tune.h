@@ -1,0 +1,36 @@
+/*
+ * ptx_tune.h -- text edits of a PTX program (NVIDIA's OpenCL program binary)
+ * that change how the PTX compiler allocates registers or caches loads,
+ * never what is computed.  Pure C (no OpenCL), so that CTest checks them on
+ * any machine (tests/test_ptx_tune.c).  Used by opencl_backend.c.
+ */
+#ifndef KVC_PTX_TUNE_H
+#define KVC_PTX_TUNE_H
+
+#include "kvc_internal.h" /* KVC_HIDDEN */
+
+/**
+ * Insert the directive ".minnctapersm n" (n resident thread blocks per SM
+ * asked of the PTX compiler) after the parameter list of `.entry entry(`.
+ *
+ * @param ptx    NUL-terminated PTX text, malloc'ed; owned by the call
+ * @param entry  kernel name
+ * @param n      blocks per SM; n <= 0 changes nothing
+ * @param done   set to 1 if the directive was inserted (else left as is)
+ * @return the edited text (malloc'ed; ptx is freed or returned), or ptx
+ *         unchanged when the entry is missing, n <= 0 or memory is short.
+ */
+KVC_HIDDEN char *kvc_ptx_minb(char *ptx, const char *entry, int n, int *done);
+
+/**
+ * In the body of `.entry entry(` (up to the next ".entry"), make the f32
+ * and v2.f32 global loads streaming: "ld.global.f32" -> "ld.global.cs.f32"
+ * (level 1) or "ld.global.cs.L2::256B.f32" (level 2), the same for ".v2".
+ *
+ * @param ptx, entry, done  as for kvc_ptx_minb
+ * @param level  1 or 2; <= 0 changes nothing
+ * @return as for kvc_ptx_minb
+ */
+KVC_HIDDEN char *kvc_ptx_streaming(char *ptx, const char *entry, int level, int *done);
+
+#endif
