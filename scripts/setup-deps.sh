@@ -10,6 +10,7 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 if [ "${KVC_WANT_OPENCL:-0}" = 1 ]; then
   [ -e /usr/include/CL/cl.h ] || need_apt+=(ocl-icd-opencl-dev opencl-headers)
   ls /etc/OpenCL/vendors/*pocl* >/dev/null 2>&1 || need_apt+=(pocl-opencl-icd)
+  command -v oclgrind >/dev/null 2>&1 || need_apt+=(oclgrind) # the GPU-only kernels' test
 fi
 if [ "${KVC_WANT_SANITIZERS:-0}" = 1 ]; then
   command -v clang >/dev/null 2>&1 || need_apt+=(clang)
