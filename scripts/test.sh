@@ -35,7 +35,7 @@ if [ "$KVC_WANT_SANITIZERS" = 1 ]; then
     -DKVC_SANITIZE=address,undefined -DKVC_FUZZ=$fuzz >/dev/null
   cmake --build build-asan -j "$(nproc)"
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -E '^(python|cli|install_consumer)$'
+    ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -E '^(python|cli|install_consumer|opencl_gpu_paths)$'
   CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVC_CUDA=OFF \
     -DKVC_SANITIZE=thread >/dev/null
   cmake --build build-tsan -j "$(nproc)" --target test_threads test_semantics
