@@ -45,8 +45,8 @@ typedef struct {
     cl_kernel small;   /* one-segment windows: several outputs per group */
     cl_kernel split;   /* chunks split by dims over two groups (v10)     */
     cl_kernel wide;    /* its 512-work-item twin: one group per chunk     */
+                       /* (split, wide: GPU devices only, else NULL)     */
     cl_uint units;     /* compute units                                  */
-    int gpu;           /* not a CPU device: straight-line kernels        */
     cl_mem status;     /* library-owned status word                     */
     cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
     size_t states_bytes;
@@ -259,7 +259,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     cl_uint units = 0;
     if (clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS || units == 0)
         units = 1;
-    cl_entry e = {ctx, dev, prog, kern, small, split, wide, units, gpu, status, NULL, 0, NULL, 0};
+    cl_entry e = {ctx, dev, prog, kern, small, split, wide, units, status, NULL, 0, NULL, 0};
     if (g_ncache < KVC_CL_CACHE) {
         clRetainContext(ctx);
         g_cache[g_ncache] = e;
