@@ -445,10 +445,10 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
         __global uchar *kv, __global kvc_cl_status *st, __global float *chunk_states,                          \
         __global volatile int *tickets
 
-/* Output o's index checks (every group of the output runs them; `first`,
- * one work-item of one group, records an error or the padding count).
- * @return 1 if the output is to be computed (inf filled), 0 if it is
- * invalid or padding: the whole group returns. */
+/* Output o's index checks.  `first` (one caller per output: one work-item
+ * of one of its groups, or the one-segment kernel's work-item for it)
+ * records an error or the padding count.  @return 1 if the output is to be
+ * computed (inf filled), 0 if it is invalid or padding. */
 static int output_of(const kvc_shape *sh, __global const long *bidx, __global const long *slots,
                      __global const int *t2r, __global const long *positions, __global const int *table,
                      __global kvc_cl_status *st, long o, int first, kvc_out_info *inf) {
@@ -856,19 +856,9 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     const int q = (int)get_local_id(0);
     const long o0 = (long)get_group_id(0) * pl.small_k;
     const int kn = (int)(sh.num_outputs - o0 < pl.small_k ? sh.num_outputs - o0 : pl.small_k);
-    if (q < kn) {
+    if (q < kn) { /* work-item q: output o0 + q's checks (it records its own error or padding) */
         kvc_out_info inf;
-        const int chk = kvc_check_output_s(&sh, bidx, slots, t2r, positions, table, o0 + q, &inf, 0);
-        int ok = 0;
-        if (chk != KVC_CHECK_NONE) {
-            record_error(st, chk, o0 + q, inf.value);
-            atomic_inc(&st->invalid);
-        } else if (inf.slot < 0) {
-            atomic_inc(&st->padding);
-        } else {
-            ok = 1;
-        }
-        s_ok[q] = ok;
+        s_ok[q] = output_of(&sh, bidx, slots, t2r, positions, table, st, o0 + q, 1, &inf);
         s_bad[q] = 0;
         s_masked[q] = 0;
         s_slot[q] = inf.slot;
