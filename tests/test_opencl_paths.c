@@ -75,8 +75,9 @@ static void one(const shape *sh, const char *mode, uint64_t seed) {
         kvc_args pa = c.args;
         pa.kv_cache = cpu;
         kvc_kit_slot_row(&pa, slot, want);
-        if (memcmp(got, want, KVC_SLOT_BYTES) != 0 && first < 0) first = o;
-        differ += memcmp(got, want, KVC_SLOT_BYTES) != 0;
+        const int bad = memcmp(got, want, KVC_SLOT_BYTES) != 0;
+        if (bad && first < 0) first = o;
+        differ += bad;
     }
     char msg[256];
     TU_CHECK(!tu_check_untouched(&c.args, before, c.kv_cache, msg, sizeof msg), "mode %s C=%lld: %s", mode,
