@@ -182,41 +182,15 @@ static inline void sub_full_1(__global const float *state, __local const long *r
     kvc_seg_close(r.m[1], &r.d[1], &r.n[1]);
     *out = r;
 }
-/* 8 segments in tree order, merging as soon as both halves exist (at most
- * four segment states live: fewer registers than all eight first). */
-static inline void sub_full_8(__global const float *state, __local const long *rowoff, long sdelta, int lr, int q,
-                              st2 *out) {
-    st2 b, c, d;
-    sub_full_1(state, rowoff, sdelta, lr, q, out);
-    sub_full_1(state, rowoff, sdelta, lr + 8, q, &b);
-    st_merge(out, &b);
-    sub_full_1(state, rowoff, sdelta, lr + 16, q, &c);
-    sub_full_1(state, rowoff, sdelta, lr + 24, q, &d);
-    st_merge(&c, &d);
-    st_merge(out, &c);
-    sub_full_1(state, rowoff, sdelta, lr + 32, q, &b);
-    sub_full_1(state, rowoff, sdelta, lr + 40, q, &c);
-    st_merge(&b, &c);
-    sub_full_1(state, rowoff, sdelta, lr + 48, q, &c);
-    sub_full_1(state, rowoff, sdelta, lr + 56, q, &d);
-    st_merge(&c, &d);
-    st_merge(&b, &c);
-    st_merge(out, &b);
-}
-
 /*
- * Software-pipelined forms of the 8-segment block (KVC_CL_FORM, v9):
- * 1 (default) = two named segment buffers, the next segment's 16 loads
- * issued before the current one's arithmetic; 2 = one buffer, the next
- * segment's row i loaded as soon as row i is consumed (the CUDA kernel's
- * order); 0 = the v6 form above (sub_full_8: each segment loads, then
- * computes).  H200, 131k tokens C=128/256/512 (bench/NOTES.md, v9):
- * form 1 178/181/187 us, form 0 204/246/232, form 2 266/249/244 with
- * 8-byte loads; form 0 with vload2 (v8) 183-207.
+ * The 8-segment block, software-pipelined (v9): two named segment buffers,
+ * the next segment's 16 loads issued before the current one's arithmetic.
+ * H200, 131k tokens C=128/256/512 (bench/NOTES.md, v9): 178/181/187 us;
+ * the forms measured against it and removed: each segment loading then
+ * computing (v6's sub_full_8) 204/246/232 with 8-byte loads, one buffer
+ * with row i of the next segment loaded as soon as row i is consumed (the
+ * CUDA kernel's order) 266/249/244.
  */
-#ifndef KVC_CL_FORM
-#define KVC_CL_FORM 1
-#endif
 typedef struct {
     float2 v[KVC_SEG], s[KVC_SEG];
 } seg8;
@@ -237,22 +211,15 @@ typedef struct {
 #define KVC_CL_XMAX(X_, c)                                                                                     \
     kvc_max(kvc_max(kvc_max(kvc_max(kvc_max(kvc_max(kvc_max((X_).s[0].c, (X_).s[1].c), (X_).s[2].c), (X_).s[3].c), \
                                     (X_).s[4].c), (X_).s[5].c), (X_).s[6].c), (X_).s[7].c)
-/* segment state of x (8 full rows); roll: reload row i of local rows from
- * lrn into x right after row i is consumed */
-#define KVC_CL_SEGX(X_, out, roll, lrn)                                  \
+/* out = the segment state of X_ (8 full rows, 2 dims) */
+#define KVC_CL_SEG2(X_, out)                                            \
     do {                                                                \
         st2 r;                                                          \
-        r.m[0] = KVC_CL_XMAX(X_, x);                                     \
-        r.m[1] = KVC_CL_XMAX(X_, y);                                     \
+        r.m[0] = KVC_CL_XMAX(X_, x);                                    \
+        r.m[1] = KVC_CL_XMAX(X_, y);                                    \
         r.d[0] = r.d[1] = r.n[0] = r.n[1] = 0.0f;                       \
-        KVC_CL_XSTEP(X_, 0) if (roll) KVC_CL_ROWLD(X_, 0, lrn);            \
-        KVC_CL_XSTEP(X_, 1) if (roll) KVC_CL_ROWLD(X_, 1, lrn);            \
-        KVC_CL_XSTEP(X_, 2) if (roll) KVC_CL_ROWLD(X_, 2, lrn);            \
-        KVC_CL_XSTEP(X_, 3) if (roll) KVC_CL_ROWLD(X_, 3, lrn);            \
-        KVC_CL_XSTEP(X_, 4) if (roll) KVC_CL_ROWLD(X_, 4, lrn);            \
-        KVC_CL_XSTEP(X_, 5) if (roll) KVC_CL_ROWLD(X_, 5, lrn);            \
-        KVC_CL_XSTEP(X_, 6) if (roll) KVC_CL_ROWLD(X_, 6, lrn);            \
-        KVC_CL_XSTEP(X_, 7) if (roll) KVC_CL_ROWLD(X_, 7, lrn);            \
+        KVC_CL_XSTEP(X_, 0) KVC_CL_XSTEP(X_, 1) KVC_CL_XSTEP(X_, 2) KVC_CL_XSTEP(X_, 3) \
+        KVC_CL_XSTEP(X_, 4) KVC_CL_XSTEP(X_, 5) KVC_CL_XSTEP(X_, 6) KVC_CL_XSTEP(X_, 7) \
         kvc_seg_close(r.m[0], &r.d[0], &r.n[0]);                        \
         kvc_seg_close(r.m[1], &r.d[1], &r.n[1]);                        \
         out = r;                                                        \
@@ -290,7 +257,6 @@ typedef struct {
         MERGE(c, d);                                                 \
         MERGE(b, c);                                                 \
     } while (0)
-#define KVC_CL_SEG2(X_, out) KVC_CL_SEGX(X_, out, 0, 0)
 #define KVC_CL_MERGE2(a, b) st_merge(&(a), &(b))
 
 /* One block of 8 full segments from local row lr, canonical tree order.
@@ -300,25 +266,8 @@ static inline st2 block8_pipe(__global const float *state, __local const long *r
                               seg8 *ap, int more) {
     seg8 a = *ap;
     st2 out, b, c, d;
-#if KVC_CL_FORM == 1
     seg8 x;
     KVC_CL_BLOCK8(KVC_CL_SEGLD, KVC_CL_SEG2, KVC_CL_MERGE2, a, x, lr, more, out, b, c, d);
-#else
-    KVC_CL_SEGX(a, out, 1, lr + 8);
-    KVC_CL_SEGX(a, b, 1, lr + 16);
-    st_merge(&out, &b);
-    KVC_CL_SEGX(a, c, 1, lr + 24);
-    KVC_CL_SEGX(a, d, 1, lr + 32);
-    st_merge(&c, &d);
-    st_merge(&out, &c);
-    KVC_CL_SEGX(a, b, 1, lr + 40);
-    KVC_CL_SEGX(a, c, 1, lr + 48);
-    st_merge(&b, &c);
-    KVC_CL_SEGX(a, c, 1, lr + 56);
-    KVC_CL_SEGX(a, d, more, lr + 64);
-    st_merge(&c, &d);
-    st_merge(&b, &c);
-#endif
     st_merge(&out, &b);
     *ap = a;
     return out;
@@ -333,19 +282,12 @@ static st2 reduce_full(__global const float *state, __local const long *rowoff, 
     long sizes[KVC_CL_SEG_STACK];
     int top = -1;
     const long blk = count < 8 ? 1 : 8;
-#if KVC_CL_FORM != 0
     seg8 a;
     if (blk == 8) KVC_CL_SEGLD(a, 0);
-#endif
     for (long b = 0; b < count / blk; b++) {
         top++;
-#if KVC_CL_FORM != 0
         if (blk == 8)
             stack[top] = block8_pipe(state, rowoff, sdelta, (int)(b * 8 * KVC_SEG), q, &a, b + 1 < count / 8);
-#else
-        if (blk == 8)
-            sub_full_8(state, rowoff, sdelta, (int)(b * 8 * KVC_SEG), q, &stack[top]);
-#endif
         else
             sub_full_1(state, rowoff, sdelta, (int)(b * KVC_SEG), q, &stack[top]);
         sizes[top] = blk;
@@ -433,13 +375,10 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
     return bad;
 }
 
-#ifndef KVC_CL_RESTRICT
-#define KVC_CL_RESTRICT /* experiment: restrict (read-only cache path) */
-#endif
 /* Both kernels take the same arguments, set the same way by the host
  * (opencl_backend.c); kvc_compress_small leaves the last two unused. */
 #define KVC_CL_KERNEL_ARGS                                                                                      \
-    const kvc_shape sh, const kvc_cl_plan pl, __global const float *KVC_CL_RESTRICT state, __global const int *t2r,              \
+    const kvc_shape sh, const kvc_cl_plan pl, __global const float *state, __global const int *t2r,              \
         __global const long *positions, __global const long *slots, __global const long *bidx,                 \
         __global const int *table, __global const ushort *weight, __global const float *cos_sin,               \
         __global uchar *kv, __global kvc_cl_status *st, __global float *chunk_states,                          \
