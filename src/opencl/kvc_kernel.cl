@@ -297,41 +297,63 @@ static st2 reduce_full(__global const float *state, __local const long *rowoff, 
     return stack[0];
 }
 
+/* Balanced pairwise sum of x[0..7] (three tree levels). */
+static inline float tree8_local(__local const float *x) {
+    return KVC_ADD(KVC_ADD(KVC_ADD(x[0], x[1]), KVC_ADD(x[2], x[3])), KVC_ADD(KVC_ADD(x[4], x[5]), KVC_ADD(x[6], x[7])));
+}
+
+/* finalize_group's inputs from global memory for work-item q (dims 2q,
+ * 2q+1): the RMSNorm weights, and for q >= 224 RoPE pair q - 224's cos/sin
+ * (else 0). */
+static inline void fin_inputs(__global const ushort *w, __global const float *cs, int interleaved, int q, float *w0,
+                              float *w1, float *cj, float *sj) {
+    *w0 = kvc_bf16_to_f32(w[2 * q]);
+    *w1 = kvc_bf16_to_f32(w[2 * q + 1]);
+    *cj = *sj = 0.0f;
+    if (q >= 224) {
+        const int j = q - 224;
+        *cj = interleaved ? cs[2 * j] : cs[j];
+        *sj = interleaved ? cs[2 * j + 1] : cs[32 + j];
+    }
+}
+
 /*
  * Finalise one output from c[512] with the whole group (work-item q: dims
  * 2q, 2q+1), in the canonical order of kvc_finalize_slot (kvc_canon.h):
- *   - RMS sum: the balanced pairwise tree level by level (level 1 here in
- *     registers, then ping-pong between t[0..255] and u[0..255]);
+ *   - RMS sum: the balanced pairwise tree (level 1 in registers into
+ *     t[0..255], levels 2-4 by 32 work-items into u[0..31], the rest by
+ *     every work-item from u);
  *   - group amax: a max of non-negative values, exact in any order, taken as
  *     an integer max of the float bits (+0 = 0; a NaN only where the slot is
  *     non-finite anyway);
  *   - RoPE pair q - 224 on work-items q >= 224, NOPE dims on q < 224.
  * Every work-item calls it (its barriers); active = 0 writes nothing.
+ * w0, w1: the RMSNorm weights of the work-item's dims, cj, sj: the cos/sin
+ * of its RoPE pair (fin_inputs).
  * flags: 8 ints of local memory.  @return (all work-items) 1 if the slot was
  * written as non-finite.
  */
 static int finalize_group(int active, __local const float *c, __local float *t, __local float *u,
-                          __local int *flags, __global const ushort *w, __global const float *cs, int interleaved,
-                          float eps, int fp8, __global uchar *payload, __global uchar *scales, int q0, int wide) {
+                          __local int *flags, float w0, float w1, float cj, float sj, float eps, int fp8,
+                          __global uchar *payload, __global uchar *scales, int q0, int wide) {
     /* wide (a literal): 512 work-items call it, those from 256 on only for
      * the barriers */
     const int on = !wide || q0 < 256, q = wide ? (q0 & 255) : q0;
     if (on && q < 8) flags[q] = 0;
     const float c0 = c[2 * q], c1 = c[2 * q + 1];
     int bad = on ? kvc_nonfinite(c0) | kvc_nonfinite(c1) : 0;
-    if (on) t[q] = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
+    if (on) t[q] = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1)); /* level 1 of the 512-leaf tree */
+    /* levels 2-4: 32 work-items, 8 consecutive level-1 nodes each; levels
+     * 5-9: every work-item, from the 32 level-4 nodes (broadcast reads).
+     * The same pairs as the level-by-level tree: two barriers, not nine. */
     barrier(CLK_LOCAL_MEM_FENCE);
-    __local float *src = t, *dst = u;
-    for (int n = 256; n > 1; n >>= 1) {
-        if (on && q < n / 2) dst[q] = KVC_ADD(src[2 * q], src[2 * q + 1]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        __local float *x = src;
-        src = dst;
-        dst = x;
-    }
-    const float rr = kvc_rms_scale(src[0], eps);
-    const float y0 = kvc_rms_apply(c0, rr, kvc_bf16_to_f32(w[2 * q]));
-    const float y1 = kvc_rms_apply(c1, rr, kvc_bf16_to_f32(w[2 * q + 1]));
+    if (on && q < 32) u[q] = tree8_local(t + 8 * q);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float ss =
+        KVC_ADD(KVC_ADD(tree8_local(u), tree8_local(u + 8)), KVC_ADD(tree8_local(u + 16), tree8_local(u + 24)));
+    const float rr = kvc_rms_scale(ss, eps);
+    const float y0 = kvc_rms_apply(c0, rr, w0);
+    const float y1 = kvc_rms_apply(c1, rr, w1);
     bad |= on ? kvc_nonfinite(y0) | kvc_nonfinite(y1) : 0;
     ushort h0, h1;
     float z0 = 0.0f, z1 = 0.0f;
@@ -344,9 +366,6 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
         const float a0 = z0 < 0.0f ? -z0 : z0, a1 = z1 < 0.0f ? -z1 : z1;
         if (on) atomic_max(&flags[1 + q / 32], (int)as_uint(kvc_max(a0, a1)));
     } else { /* RoPE pair j = q - 224 */
-        const int j = q - 224;
-        const float cj = interleaved ? cs[2 * j] : cs[j];
-        const float sj = interleaved ? cs[2 * j + 1] : cs[32 + j];
         float uo, wo;
         kvc_rope(y0, y1, cj, sj, &uo, &wo);
         h0 = kvc_bf16_bits(uo);
@@ -485,15 +504,13 @@ static int take_ticket(__global volatile int *tickets, long o, int arrivals, int
  * slot and count it; 2: count it invalid; 0: nothing.  Every work-item
  * calls it; wide: a 512-item group (finalize_group). */
 static void finish_output(int fin, __local float *c, __local float *t, __local float *u, __local int *flags,
-                          const kvc_shape *sh, const kvc_out_info *inf, __global const ushort *weight,
-                          __global const float *cos_sin, __global uchar *kv, __global kvc_cl_status *st, int q,
-                          int wide) {
+                          const kvc_shape *sh, const kvc_out_info *inf, const float *fi, __global uchar *kv,
+                          __global kvc_cl_status *st, int q, int wide) {
     barrier(CLK_LOCAL_MEM_FENCE);
     long po, so;
     kvc_slot_offsets_s(inf->slot, sh->kv_block_size, sh->page_stride, &po, &so);
-    const int badv = finalize_group(fin == 1, c, t, u, flags, weight, cos_sin + inf->pc * sh->cos_sin_stride,
-                                    sh->cos_sin_layout == 1, sh->rms_norm_eps, sh->nope_format == 1, kv + po, kv + so,
-                                    q, wide);
+    const int badv = finalize_group(fin == 1, c, t, u, flags, fi[0], fi[1], fi[2], fi[3], sh->rms_norm_eps,
+                                    sh->nope_format == 1, kv + po, kv + so, q, wide);
     if (q == 0 && fin == 2) atomic_inc(&st->invalid);
     if (q == 0 && fin == 1) {
         atomic_inc(&st->written);
@@ -583,12 +600,14 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         fin = take_ticket(tickets, o, (int)pl.nchunk, bad_rows, &last, q);
         if (fin == 1) res = merge_chunk_states(&pl, chunk_states, o, q);
     }
+    float w0, w1, cj, sj; /* (loads issued before the barriers) */
+    fin_inputs(weight, cos_sin + inf.pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, &w0, &w1, &cj, &sj);
     for (int k = 0; k < 2; k++) c[2 * q + k] = fin == 1 ? KVC_DIV(res.n[k], res.d[k]) : 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);
     long po, so;
     kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, &po, &so);
-    const int badv = finalize_group(fin == 1, c, t, u, flags, weight, cos_sin + inf.pc * sh.cos_sin_stride,
-                                    sh.cos_sin_layout == 1, sh.rms_norm_eps, sh.nope_format == 1, kv + po, kv + so, q, 0);
+    const int badv = finalize_group(fin == 1, c, t, u, flags, w0, w1, cj, sj, sh.rms_norm_eps, sh.nope_format == 1,
+                                    kv + po, kv + so, q, 0);
     if (q == 0 && fin == 2) atomic_inc(&st->invalid);
     if (q == 0 && fin == 1) {
         atomic_inc(&st->written);
@@ -749,7 +768,12 @@ static inline void split_body(KVC_CL_BODY_ARGS) {
             for (int k = 0; k < 2; k++) c[2 * q + k] = fin == 1 ? KVC_DIV(res.n[k], res.d[k]) : 0.0f;
         }
     }
-    finish_output(fin, c, t, u, flags, &sh, &inf, weight, cos_sin, kv, st, q, wide);
+    /* finalize_group's inputs for dims 2 (q & 255) + {0, 1}, loaded before
+     * finish_output's barriers */
+    float fi[4];
+    fin_inputs(weight, cos_sin + inf.pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q & 255, &fi[0], &fi[1], &fi[2],
+               &fi[3]);
+    finish_output(fin, c, t, u, flags, &sh, &inf, fi, kv, st, q, wide);
 }
 #define KVC_CL_BODY_PASS                                                                                         \
     sh, pl, state, t2r, positions, slots, bidx, table, weight, cos_sin, kv, st, chunk_states, tickets, c, t, u, flags, \
@@ -854,13 +878,14 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         }
         if (kk < kn) /* in flight while k finalises */
             seg_load(state, rowoff, sdelta, kk * KVC_SEG, rows, q, v, s, !s_masked[kk], (int)pl.vec);
+        float w0, w1, cj, sj; /* (loads issued before the barriers) */
+        fin_inputs(weight, cos_sin + s_pc[k] * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, &w0, &w1, &cj, &sj);
         for (int j = 0; j < 2; j++) c[2 * q + j] = KVC_DIV(res.n[j], res.d[j]);
         barrier(CLK_LOCAL_MEM_FENCE);
         long po, so;
         kvc_slot_offsets_s(s_slot[k], sh.kv_block_size, sh.page_stride, &po, &so);
-        const int bad = finalize_group(1, c, t, u, flags, weight, cos_sin + s_pc[k] * sh.cos_sin_stride,
-                                       sh.cos_sin_layout == 1, sh.rms_norm_eps, sh.nope_format == 1, kv + po,
-                                       kv + so, q, 0);
+        const int bad = finalize_group(1, c, t, u, flags, w0, w1, cj, sj, sh.rms_norm_eps, sh.nope_format == 1,
+                                       kv + po, kv + so, q, 0);
         written++;
         nonfinite += bad;
         barrier(CLK_LOCAL_MEM_FENCE); /* c, t, u, flags free for the next output */
