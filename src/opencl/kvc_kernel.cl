@@ -320,9 +320,13 @@ static inline void fin_inputs(__global const ushort *w, __global const float *cs
 /*
  * Finalise one output from c[512] with the whole group (work-item q: dims
  * 2q, 2q+1), in the canonical order of kvc_finalize_slot (kvc_canon.h):
- *   - RMS sum: the balanced pairwise tree (level 1 in registers into
- *     t[0..255], levels 2-4 by 32 work-items into u[0..31], the rest by
- *     every work-item from u);
+ *   - RMS sum: the balanced pairwise tree, level 1 in registers into
+ *     t[0..255]; then by_level (a literal) 1: level by level, ping-pong
+ *     between t and u (nine barriers), 0: levels 2-4 by 32 work-items into
+ *     u[0..31], the rest by every work-item from u (two barriers).  The
+ *     second is faster in the 2-dims and wide kernels (H200: 131k C=128
+ *     -0.5%, C4 8192 outputs -5%), the first in kvc_compress_small's loop
+ *     (4 x 32768 C4: 621 against 640-657 us; bench/NOTES.md);
  *   - group amax: a max of non-negative values, exact in any order, taken as
  *     an integer max of the float bits (+0 = 0; a NaN only where the slot is
  *     non-finite anyway);
@@ -335,7 +339,7 @@ static inline void fin_inputs(__global const ushort *w, __global const float *cs
  */
 static int finalize_group(int active, __local const float *c, __local float *t, __local float *u,
                           __local int *flags, float w0, float w1, float cj, float sj, float eps, int fp8,
-                          __global uchar *payload, __global uchar *scales, int q0, int wide) {
+                          __global uchar *payload, __global uchar *scales, int q0, int wide, int by_level) {
     /* wide (a literal): 512 work-items call it, those from 256 on only for
      * the barriers */
     const int on = !wide || q0 < 256, q = wide ? (q0 & 255) : q0;
@@ -343,14 +347,26 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
     const float c0 = c[2 * q], c1 = c[2 * q + 1];
     int bad = on ? kvc_nonfinite(c0) | kvc_nonfinite(c1) : 0;
     if (on) t[q] = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1)); /* level 1 of the 512-leaf tree */
-    /* levels 2-4: 32 work-items, 8 consecutive level-1 nodes each; levels
-     * 5-9: every work-item, from the 32 level-4 nodes (broadcast reads).
-     * The same pairs as the level-by-level tree: two barriers, not nine. */
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (on && q < 32) u[q] = tree8_local(t + 8 * q);
-    barrier(CLK_LOCAL_MEM_FENCE);
-    const float ss =
-        KVC_ADD(KVC_ADD(tree8_local(u), tree8_local(u + 8)), KVC_ADD(tree8_local(u + 16), tree8_local(u + 24)));
+    float ss;
+    if (by_level) { /* one barrier per level, ping-pong between t and u */
+        __local float *src = t, *dst = u;
+        for (int n = 256; n > 1; n >>= 1) {
+            if (on && q < n / 2) dst[q] = KVC_ADD(src[2 * q], src[2 * q + 1]);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            __local float *x = src;
+            src = dst;
+            dst = x;
+        }
+        ss = src[0];
+    } else {
+        /* levels 2-4: 32 work-items, 8 consecutive level-1 nodes each; levels
+         * 5-9: every work-item, from the 32 level-4 nodes (broadcast reads).
+         * The same pairs as by level: two barriers, not nine. */
+        if (on && q < 32) u[q] = tree8_local(t + 8 * q);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ss = KVC_ADD(KVC_ADD(tree8_local(u), tree8_local(u + 8)), KVC_ADD(tree8_local(u + 16), tree8_local(u + 24)));
+    }
     const float rr = kvc_rms_scale(ss, eps);
     const float y0 = kvc_rms_apply(c0, rr, w0);
     const float y1 = kvc_rms_apply(c1, rr, w1);
@@ -510,7 +526,7 @@ static void finish_output(int fin, __local float *c, __local float *t, __local f
     long po, so;
     kvc_slot_offsets_s(inf->slot, sh->kv_block_size, sh->page_stride, &po, &so);
     const int badv = finalize_group(fin == 1, c, t, u, flags, fi[0], fi[1], fi[2], fi[3], sh->rms_norm_eps,
-                                    sh->nope_format == 1, kv + po, kv + so, q, wide);
+                                    sh->nope_format == 1, kv + po, kv + so, q, wide, 0);
     if (q == 0 && fin == 2) atomic_inc(&st->invalid);
     if (q == 0 && fin == 1) {
         atomic_inc(&st->written);
@@ -607,7 +623,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     long po, so;
     kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, &po, &so);
     const int badv = finalize_group(fin == 1, c, t, u, flags, w0, w1, cj, sj, sh.rms_norm_eps, sh.nope_format == 1,
-                                    kv + po, kv + so, q, 0);
+                                    kv + po, kv + so, q, 0, 0);
     if (q == 0 && fin == 2) atomic_inc(&st->invalid);
     if (q == 0 && fin == 1) {
         atomic_inc(&st->written);
@@ -885,7 +901,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         long po, so;
         kvc_slot_offsets_s(s_slot[k], sh.kv_block_size, sh.page_stride, &po, &so);
         const int bad = finalize_group(1, c, t, u, flags, w0, w1, cj, sj, sh.rms_norm_eps, sh.nope_format == 1,
-                                       kv + po, kv + so, q, 0);
+                                       kv + po, kv + so, q, 0, 1);
         written++;
         nonfinite += bad;
         barrier(CLK_LOCAL_MEM_FENCE); /* c, t, u, flags free for the next output */
