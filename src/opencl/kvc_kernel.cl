@@ -522,16 +522,17 @@ static int take_ticket(__global volatile int *tickets, long o, int arrivals, int
 static void finish_output(int fin, __local float *c, __local float *t, __local float *u, __local int *flags,
                           const kvc_shape *sh, const kvc_out_info *inf, const float *fi, __global uchar *kv,
                           __global kvc_cl_status *st, int q, int wide) {
+    /* the count first: the atomic's round trip then overlaps the
+     * finalisation instead of holding the group after it (H200, 131k
+     * C=128: 1.3 us of 164 with the count at the end) */
+    if (q == 0 && fin == 1) atomic_inc(&st->written);
     barrier(CLK_LOCAL_MEM_FENCE);
     long po, so;
     kvc_slot_offsets_s(inf->slot, sh->kv_block_size, sh->page_stride, &po, &so);
     const int badv = finalize_group(fin == 1, c, t, u, flags, fi[0], fi[1], fi[2], fi[3], sh->rms_norm_eps,
                                     sh->nope_format == 1, kv + po, kv + so, q, wide, 0);
     if (q == 0 && fin == 2) atomic_inc(&st->invalid);
-    if (q == 0 && fin == 1) {
-        atomic_inc(&st->written);
-        if (badv) atomic_inc(&st->nonfinite);
-    }
+    if (q == 0 && fin == 1 && badv) atomic_inc(&st->nonfinite);
 }
 
 /* The 2-dims kernel.  Its row table and finalisation are written out
@@ -619,16 +620,14 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     float w0, w1, cj, sj; /* (loads issued before the barriers) */
     fin_inputs(weight, cos_sin + inf.pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, &w0, &w1, &cj, &sj);
     for (int k = 0; k < 2; k++) c[2 * q + k] = fin == 1 ? KVC_DIV(res.n[k], res.d[k]) : 0.0f;
+    if (q == 0 && fin == 1) atomic_inc(&st->written); /* (first: see finish_output) */
     barrier(CLK_LOCAL_MEM_FENCE);
     long po, so;
     kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, &po, &so);
     const int badv = finalize_group(fin == 1, c, t, u, flags, w0, w1, cj, sj, sh.rms_norm_eps, sh.nope_format == 1,
                                     kv + po, kv + so, q, 0, 0);
     if (q == 0 && fin == 2) atomic_inc(&st->invalid);
-    if (q == 0 && fin == 1) {
-        atomic_inc(&st->written);
-        if (badv) atomic_inc(&st->nonfinite);
-    }
+    if (q == 0 && fin == 1 && badv) atomic_inc(&st->nonfinite);
 }
 
 /*
