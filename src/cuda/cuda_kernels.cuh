@@ -461,11 +461,12 @@ __device__ void finish(const launch_params &P, const kvc_out_info &inf, const st
     fin_in f;
     fin_load_weights(P, q, f);
     fin_load_cos_sin(P, inf.pc, q, f);
+    /* the count first: its atomic's round trip then overlaps the
+     * finalisation instead of holding the CTA after it (measured on the
+     * OpenCL wide kernel: 1.3 us of 164 at 131k C=128) */
+    if (q == 0) count(&P.status->outputs_written);
     const int bad = finalize(P, inf.slot, c, q, smem + 512, f);
-    if (q == 0) {
-        count(&P.status->outputs_written);
-        if (bad) count(&P.status->outputs_nonfinite);
-    }
+    if (q == 0 && bad) count(&P.status->outputs_nonfinite);
 }
 
 #if KVC_CUDA_DPT == 0 || DPT == KVC_CUDA_DPT /* the main kernel: for the DPTs in use */
