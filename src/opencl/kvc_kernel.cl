@@ -299,7 +299,8 @@ static st2 reduce_full(__global const float *state, __local const long *rowoff, 
 
 /* Balanced pairwise sum of x[0..7] (three tree levels). */
 static inline float tree8_local(__local const float *x) {
-    return KVC_ADD(KVC_ADD(KVC_ADD(x[0], x[1]), KVC_ADD(x[2], x[3])), KVC_ADD(KVC_ADD(x[4], x[5]), KVC_ADD(x[6], x[7])));
+    return KVC_ADD(KVC_ADD(KVC_ADD(x[0], x[1]), KVC_ADD(x[2], x[3])),
+                   KVC_ADD(KVC_ADD(x[4], x[5]), KVC_ADD(x[6], x[7])));
 }
 
 /* finalize_group's inputs from global memory for work-item q (dims 2q,
@@ -410,7 +411,7 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
     return bad;
 }
 
-/* Both kernels take the same arguments, set the same way by the host
+/* Every kernel takes the same arguments, set the same way by the host
  * (opencl_backend.c); kvc_compress_small leaves the last two unused. */
 #define KVC_CL_KERNEL_ARGS                                                                                      \
     const kvc_shape sh, const kvc_cl_plan pl, __global const float *state, __global const int *t2r,              \
@@ -738,12 +739,8 @@ static st1 reduce_split(__global const float *col, __local const long *rowoff, l
 /* The body of both: wide = 0, kvc_compress_split (256 work-items, half the
  * dims each); wide = 1, kvc_compress_wide (512 work-items, all dims, one
  * group per chunk, finalised at once with one chunk).  wide is a literal. */
-#define KVC_CL_BODY_ARGS                                                                                      \
-    const kvc_shape sh, const kvc_cl_plan pl, __global const float *state, __global const int *t2r,              \
-        __global const long *positions, __global const long *slots, __global const long *bidx,                 \
-        __global const int *table, __global const ushort *weight, __global const float *cos_sin,               \
-        __global uchar *kv, __global kvc_cl_status *st, __global float *chunk_states,                          \
-        __global volatile int *tickets, __local float *c, __local float *t, __local float *u, __local int *flags, \
+#define KVC_CL_BODY_ARGS                                                                           \
+    KVC_CL_KERNEL_ARGS, __local float *c, __local float *t, __local float *u, __local int *flags,  \
         __local long *rowoff, __local int *last, __local int *bad, __local int *masked, __local long *bad_g, int wide
 static inline void split_body(KVC_CL_BODY_ARGS) {
     const long per = wide ? pl.nchunk : 2 * pl.nchunk; /* groups per output */

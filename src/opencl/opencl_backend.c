@@ -84,7 +84,7 @@ int kvc_opencl_available(void) {
  * Its program binary is the PTX text, which a program may be rebuilt from
  * (clCreateProgramWithBinary); the PTX directive `.minnctapersm N` on a
  * kernel's entry asks the PTX compiler for N resident work-groups per SM,
- * i.e. registers <= 65536 / (256 N).  The PTX is the same, so the bytes are
+ * i.e. registers <= 65536 / (work-group size x N).  The PTX is the same, so the bytes are
  * the same; only the register allocation changes.
  *
  * The same way the state loads of both kernels get the PTX cache operator
@@ -148,12 +148,14 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     /* PTX text only, and not edited already */
     int done = 0;
     if (tune && strstr(bin, ".target sm_") && !strstr(bin, ".minnctapersm")) {
-        bin = kvc_ptx_minb(bin, "kvc_compress_kernel", mk, &done);
-        bin = kvc_ptx_minb(bin, "kvc_compress_split", ms, &done);
-        bin = kvc_ptx_minb(bin, "kvc_compress_wide", mw, &done);
-        bin = kvc_ptx_streaming(bin, "kvc_compress_kernel", cs, &done);
-        bin = kvc_ptx_streaming(bin, "kvc_compress_split", cs, &done);
-        bin = kvc_ptx_streaming(bin, "kvc_compress_wide", cs, &done);
+        const struct {
+            const char *entry;
+            int minb;
+        } kernels[3] = {{"kvc_compress_kernel", mk}, {"kvc_compress_split", ms}, {"kvc_compress_wide", mw}};
+        for (int i = 0; i < 3; i++) { /* (each edit stays inside its own entry) */
+            bin = kvc_ptx_minb(bin, kernels[i].entry, kernels[i].minb, &done);
+            bin = kvc_ptx_streaming(bin, kernels[i].entry, cs, &done);
+        }
     }
     if (!done) {
         free(bin);
