@@ -3,6 +3,9 @@
 # binaries of devbin/ (built here, carried there) and writes every result
 # under $OUT.  Usage: bench/h200.sh step [step ...]
 #   golden    golden + semantics suites on CUDA, verify
+#   modes     FAST numerics (golden numerics=fast, test_cuda_fast) and two streams (test_cuda_streams;
+#             devbin/test_cuda_streams_old, if present, is the same test built on the previous library)
+#   xfloor    kvcompress bench with x_floor: headline exact and fast, engine exact and fast
 #   probe     bench/probe/read_probe (plain reads at the case sizes, both flushes)
 #   bench     kvcompress bench, headline, both layouts (default kernel)
 #   engine    the engine case set
@@ -30,6 +33,20 @@ for s in "$@"; do
     $D/test_golden $G backend=cuda repeat=3 2>&1 | tail -2
     $D/test_semantics backend=cuda 2>&1 | tail -4
     $D/kvc verify --backend cuda --golden $G --random 60 2>&1 | tail -3 ;;
+  modes)
+    step modes
+    $D/test_golden $G backend=cuda numerics=fast 2>&1 | tee $OUT/golden-fast.txt | tail -2
+    $D/test_cuda_fast 2>&1 | tee $OUT/cuda-fast.txt | tail -4
+    $D/test_cuda_streams 200 2>&1 | tail -2
+    [ -x $D/test_cuda_streams_old ] && { echo "previous library:"; $D/test_cuda_streams_old 200 2>&1 | tail -3; } ;;
+  xfloor)
+    step xfloor
+    for m in exact fast; do
+      $D/kvc bench --backend cuda --numerics $m --json ${JSON_DIR:-/tmp}/cuda-headline-$m.json > $OUT/cuda-headline-$m.txt 2>&1
+      tail -2 $OUT/cuda-headline-$m.txt
+      $D/kvc bench --backend cuda --cases engine --numerics $m --json ${JSON_DIR:-/tmp}/cuda-engine-$m.json > $OUT/cuda-engine-$m.txt 2>&1
+      tail -2 $OUT/cuda-engine-$m.txt
+    done ;;
   probe)
     step probe
     $D/read_probe | tee $OUT/read-probe.txt ;;

@@ -115,6 +115,21 @@ typedef enum kvc_cos_sin_layout {
     KVC_COS_SIN_INTERLEAVED = 1  /* row: cos_0 sin_0 cos_1 sin_1 ...         */
 } kvc_cos_sin_layout;
 
+/* Numerics mode (SPEC section 8).  Zero = EXACT. */
+typedef enum kvc_numerics {
+    KVC_NUMERICS_EXACT = 0, /* the canonical arithmetic: the CPU's bytes on
+                               every backend                                 */
+    KVC_NUMERICS_FAST = 1   /* opt-in: a GPU backend may use its hardware
+                               exp and fused multiply-adds in the window
+                               reduction (same segments, tree order,
+                               finaliser and non-finite rule).  Bytes conform
+                               to the reference and are deterministic and
+                               batch-invariant on one GPU model and library
+                               version, but may differ from the CPU's.  A
+                               path without a faster form computes EXACT
+                               bytes; kvc_report.numerics says which ran.   */
+} kvc_numerics;
+
 /* ------------------------------------------------------------------------ */
 /* Arguments: every tensor of the operation, as pointer + sizes + strides.   */
 /* Initialise with kvc_args_init(), then set what you have.                  */
@@ -174,6 +189,7 @@ typedef struct kvc_args {
     kvc_nope_format nope_format;
     kvc_overlap overlap;
     kvc_cos_sin_layout cos_sin_layout;
+    kvc_numerics numerics;   /* EXACT (default) or FAST                     */
 } kvc_args;
 
 /**
@@ -234,6 +250,8 @@ typedef struct kvc_report {
     int64_t outputs_nonfinite; /* slots written as non-finite (NaN slot)    */
     int device_async;          /* 1: GPU backend, counts above are -1; read
                                   them with kvc_cuda_read_status()          */
+    kvc_numerics numerics;     /* the mode the call computed: FAST only where
+                                  the chosen kernel has a fast form         */
 } kvc_report;
 
 /**

@@ -13,7 +13,8 @@ extern "C" {
 #endif
 
 typedef struct bench_result {
-    double median_us, min_us;
+    double median_us, min_us, max_us;
+    double floor_us; /* the floor of SPEC 6, timed in the same loop; 0 = not measured */
     int calls;
     kvc_status status;
     char message[512];
@@ -21,9 +22,12 @@ typedef struct bench_result {
 
 /**
  * Copy the case to the device, time `repeat` calls (L2 flushed before each,
- * device events around each), copy kv_cache back into c->kv_cache.
+ * device events around each), copy kv_cache back into c->kv_cache.  Each
+ * call is followed, in the same loop, by the floor: a plain streaming read
+ * (grid-stride, 16-byte loads) of floor_bytes, flushed and timed the same
+ * way (SPEC 6); its median goes to out->floor_us.
  */
-int kvc_bench_cuda_case(kvc_case *c, int repeat, bench_result *out);
+int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, bench_result *out);
 /** Measured device read bandwidth (GB/s) with the same protocol; < 0 on error. */
 double kvc_bench_cuda_read_bw(void);
 /** Print device lines for `info`. */

@@ -10,6 +10,7 @@
  * Exit status: 0 success, 1 a check failed, 2 usage error.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +48,7 @@ static const char *USAGE_BENCH =
     "  --cases headline|quick|engine|golden|SPEC\n"
     "                 headline: the 12 headline cases (default)\n"
     "                 quick: 3 small cases;  engine: C4 overlap FP8 (2048, 8192,\n"
-    "                 32768 outputs) + C128 FP8 S=2\n"
+    "                 32768 outputs) + C128 FP8 S=2 at 8k, 32k, 131k tokens\n"
     "                 golden: the cases of the golden manifests\n"
     "                 SPEC: reqs=8,tokens=131072,C=128,block=8,layout=shuffle\n"
     "                       [,kv_block=S,format=fp8,overlap=1,cos_sin=interleaved]\n"
@@ -57,7 +58,13 @@ static const char *USAGE_BENCH =
     "  --seed S         kvc-rand seed (default 1)\n"
     "  --format int8|fp8, --overlap, --cos-sin split|interleaved\n"
     "                   engine formats for the headline/quick sets\n"
-    "  --json FILE      also write the results as JSON\n";
+    "  --numerics exact|fast   numerics mode (SPEC 8); fast is checked for\n"
+    "                   conformance to the CPU bytes (SPEC 4 / 7), exact for equality\n"
+    "  --json FILE      also write the results as JSON\n"
+    "  --no-floor       skip the floor measurement (x_floor shows 0)\n"
+    "On CUDA every case is followed, in the same loop, by its floor: a plain\n"
+    "streaming read of the case's bytes, timed the same way; x_floor = median\n"
+    "time / median floor time (the figure the speed goals use).\n";
 
 static const char *USAGE_VERIFY =
     "usage: kvcompress verify [options]\n"
@@ -219,9 +226,11 @@ static int build_cases(const char *set, const char *layout, uint64_t seed, const
     if (!strcmp(set, "engine")) {
         for (int l = 0; l < nl; l++) {
             /* C4 overlap FP8: 4 requests of 2048, 8192 and 32768 tokens
-             * (2048, 8192 and 32768 outputs); C128 FP8 with 2 slots per page */
-            const long long tk[4][3] = {{4, 8192, 4}, {4, 32768, 4}, {4, 131072, 4}, {8, 131072, 128}};
-            for (int i = 0; i < 4; i++) {
+             * (2048, 8192 and 32768 outputs); C128 FP8 with 2 slots per page
+             * at 1 x 8192, 4 x 32768 and 8 x 131072 tokens (the HCA layers) */
+            const long long tk[6][3] = {{4, 8192, 4},     {4, 32768, 4},    {4, 131072, 4},
+                                        {1, 8192, 128},   {4, 32768, 128},  {8, 131072, 128}};
+            for (int i = 0; i < 6; i++) {
                 const int c4 = tk[i][2] == 4;
                 memset(&p, 0, sizeof p);
                 p.num_reqs = tk[i][0];
@@ -305,6 +314,7 @@ static int time_cpu(kvc_case *c, int threads, int repeat, bench_result *r) {
     qsort(t, (size_t)repeat, sizeof *t, cmp_double);
     r->median_us = t[repeat / 2];
     r->min_us = t[0];
+    r->max_us = t[repeat - 1];
     r->calls = repeat;
     r->status = KVC_OK;
     free(t);
@@ -324,14 +334,16 @@ void kvc_bench_opencl_info(void) { printf("opencl: not compiled in\n"); }
 #endif
 
 /* Time (or just run, repeat = 1) a case on a device backend. */
-static int device_case(kvc_backend be, kvc_case *c, int repeat, bench_result *r) {
-    return be == KVC_BACKEND_OPENCL ? kvc_bench_opencl_case(c, repeat, r) : kvc_bench_cuda_case(c, repeat, r);
+static int device_case(kvc_backend be, kvc_case *c, int repeat, double floor_bytes, bench_result *r) {
+    return be == KVC_BACKEND_OPENCL ? kvc_bench_opencl_case(c, repeat, r)
+                                    : kvc_bench_cuda_case(c, repeat, floor_bytes, r);
 }
 
 #ifndef KVC_CLI_WITH_CUDA
-int kvc_bench_cuda_case(kvc_case *c, int repeat, bench_result *out) {
+int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, bench_result *out) {
     (void)c;
     (void)repeat;
+    (void)floor_bytes;
     out->status = KVC_ERROR_BACKEND_UNAVAILABLE;
     snprintf(out->message, sizeof out->message, "the tool was built without CUDA");
     return -1;
@@ -390,6 +402,22 @@ static int compare_rows(kvc_case *c, const uint8_t *ref, char *msg, size_t len) 
     return 0;
 }
 
+/* SPEC 4 / 7 conformance of the case's slots against reference rows (FAST mode). */
+static int conform_rows(kvc_case *c, const uint8_t *ref, char *msg, size_t len) {
+    const int64_t n = c->args.num_outputs;
+    uint8_t *rows = malloc((size_t)(n > 0 ? n : 1) * KVC_SLOT_BYTES);
+    if (!rows) {
+        snprintf(msg, len, "out of memory");
+        return 1;
+    }
+    for (int64_t o = 0; o < n; o++)
+        kvc_kit_slot_row(&c->args, c->kv_slot_mapping[c->boundary_token_indices[o]], rows + o * KVC_SLOT_BYTES);
+    int64_t differ = 0;
+    const int bad = kvc_kit_conforms(rows, ref, n, c->args.nope_format != KVC_NOPE_INT8, &differ, msg, len);
+    free(rows);
+    return bad;
+}
+
 /* ---- commands ------------------------------------------------------------ */
 static int cmd_info(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
@@ -416,6 +444,8 @@ typedef struct {
     int repeat, threads;
     uint64_t seed;
     kvc_case_params fmt;
+    kvc_numerics numerics;
+    int no_floor;
 } bench_opts;
 
 static int need_value(int i, int argc, char **argv) {
@@ -424,7 +454,7 @@ static int need_value(int i, int argc, char **argv) {
 }
 
 static int cmd_bench(int argc, char **argv) {
-    bench_opts o = {KVC_BACKEND_AUTO, "headline", "both", NULL, 0, 0, 1, {0}};
+    bench_opts o = {KVC_BACKEND_AUTO, "headline", "both", NULL, 0, 0, 1, {0}, KVC_NUMERICS_EXACT, 0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -433,7 +463,8 @@ static int cmd_bench(int argc, char **argv) {
         }
         int takes = !strcmp(a, "--backend") || !strcmp(a, "--cases") || !strcmp(a, "--layout") ||
                     !strcmp(a, "--repeat") || !strcmp(a, "--threads") || !strcmp(a, "--seed") ||
-                    !strcmp(a, "--json") || !strcmp(a, "--format") || !strcmp(a, "--cos-sin");
+                    !strcmp(a, "--json") || !strcmp(a, "--format") || !strcmp(a, "--cos-sin") ||
+                    !strcmp(a, "--numerics");
         if (takes && need_value(i, argc, argv)) return 2;
         const char *v = takes ? argv[++i] : NULL;
         if (!strcmp(a, "--backend")) {
@@ -458,7 +489,11 @@ static int cmd_bench(int argc, char **argv) {
             if (strcmp(v, "split") && strcmp(v, "interleaved"))
                 return usage_error("--cos-sin %s: expected split or interleaved", v);
             o.fmt.cos_sin_layout = !strcmp(v, "interleaved") ? KVC_COS_SIN_INTERLEAVED : KVC_COS_SIN_SPLIT;
+        } else if (!strcmp(a, "--numerics")) {
+            if (strcmp(v, "exact") && strcmp(v, "fast")) return usage_error("--numerics %s: expected exact or fast", v);
+            o.numerics = !strcmp(v, "fast") ? KVC_NUMERICS_FAST : KVC_NUMERICS_EXACT;
         } else if (!strcmp(a, "--overlap")) o.fmt.overlap = KVC_OVERLAP_ON;
+        else if (!strcmp(a, "--no-floor")) o.no_floor = 1;
         else return usage_error("bench: unknown option '%s' (see kvcompress bench --help)", a);
     }
     kvc_backend be = resolve_backend(o.backend);
@@ -476,11 +511,16 @@ static int cmd_bench(int argc, char **argv) {
     double bw = be == KVC_BACKEND_CUDA ? kvc_bench_cuda_read_bw()
                 : be == KVC_BACKEND_OPENCL ? kvc_bench_opencl_read_bw() : cpu_read_bw(o.threads);
     int threads = o.threads ? o.threads : kvc_cpu_default_threads();
-    printf("kvcompress %s bench: backend %s, %s, %d calls per case, read bandwidth %.1f GB/s\n",
-           KVC_VERSION_STRING, backend_name(be), gpu ? "device events, L2 flushed" : "wall clock", repeat, bw);
+    const int floor_on = be == KVC_BACKEND_CUDA && !o.no_floor;
+    printf("kvcompress %s bench: backend %s, %s, %d calls per case, read bandwidth %.1f GB/s, numerics %s\n",
+           KVC_VERSION_STRING, backend_name(be), gpu ? "device events, L2 flushed" : "wall clock", repeat, bw,
+           o.numerics == KVC_NUMERICS_FAST ? "fast" : "exact");
     if (bw <= 0) printf("(read bandwidth not measured for this backend: %%read shows 0)\n");
     if (!gpu) printf("cpu threads: %d\n", threads);
-    printf("%-28s %-8s %8s %11s %9s %7s  %s\n", "case", "layout", "outputs", "median_us", "GB/s", "%read", "check");
+    printf("%-28s %-8s %8s %11s %9s %7s %9s %7s  %s\n", "case", "layout", "outputs", "median_us", "GB/s", "%read",
+           "floor_us", "x_floor", "check");
+    double log_x = 0, worst_x = 0;
+    int nx = 0;
     FILE *js = NULL;
     if (o.json) {
         js = fopen(o.json, "w");
@@ -489,8 +529,9 @@ static int cmd_bench(int argc, char **argv) {
             return 1;
         }
         fprintf(js, "{\n \"version\": \"%s\",\n \"backend\": \"%s\",\n \"read_bw_gbs\": %.3f,\n \"repeat\": %d,\n"
-                    " \"threads\": %d,\n \"cases\": [",
-                KVC_VERSION_STRING, backend_name(be), bw, repeat, gpu ? 0 : threads);
+                    " \"threads\": %d,\n \"numerics\": \"%s\",\n \"cases\": [",
+                KVC_VERSION_STRING, backend_name(be), bw, repeat, gpu ? 0 : threads,
+                o.numerics == KVC_NUMERICS_FAST ? "fast" : "exact");
     }
     int failures = 0;
     for (int i = 0; i < n; i++) {
@@ -504,7 +545,9 @@ static int cmd_bench(int argc, char **argv) {
         if (progress_on()) fprintf(stderr, "[%d/%d] running %s...             \r", i + 1, n, list[i].name);
         bench_result r;
         memset(&r, 0, sizeof r);
-        int rc = gpu ? device_case(be, &c, repeat, &r) : time_cpu(&c, o.threads, repeat, &r);
+        c.args.numerics = o.numerics;
+        const double bytes = case_bytes(&c.args);
+        int rc = gpu ? device_case(be, &c, repeat, floor_on ? bytes : 0, &r) : time_cpu(&c, o.threads, repeat, &r);
         char check[256] = "ok";
         if (rc != 0) {
             snprintf(check, sizeof check, "FAIL %s: %.200s", kvc_status_string(r.status), r.message);
@@ -512,35 +555,45 @@ static int cmd_bench(int argc, char **argv) {
             /* reference: CPU backend, outputs reversed, different thread count */
             uint8_t *ref = cpu_reference_rows(&c, gpu ? 0 : (threads > 1 ? 1 : 2), 1);
             if (!ref) snprintf(check, sizeof check, "FAIL reference: %s", kvc_last_error_message());
-            else if (compare_rows(&c, ref, check + 5, sizeof check - 5)) memcpy(check, "FAIL ", 5);
+            else if (o.numerics == KVC_NUMERICS_FAST ? conform_rows(&c, ref, check + 5, sizeof check - 5)
+                                                     : compare_rows(&c, ref, check + 5, sizeof check - 5))
+                memcpy(check, "FAIL ", 5);
             free(ref);
         }
         int ok = !strcmp(check, "ok");
         failures += !ok;
-        double bytes = case_bytes(&c.args);
         double gbs = rc == 0 ? bytes / (r.median_us * 1e-6) / 1e9 : 0;
+        const double xf = rc == 0 && r.floor_us > 0 ? r.median_us / r.floor_us : 0;
+        if (xf > 0) {
+            log_x += log(xf);
+            worst_x = xf > worst_x ? xf : worst_x;
+            nx++;
+        }
         if (progress_on()) fprintf(stderr, "%60s\r", "");
-        printf("%-28s %-8s %8lld %11.1f %9.1f %6.1f%%  %s\n", list[i].name, list[i].p.shuffle ? "shuffle" : "contig",
-               (long long)c.args.num_outputs, r.median_us, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0, check);
+        printf("%-28s %-8s %8lld %11.1f %9.1f %6.1f%% %9.1f %7.3f  %s\n", list[i].name,
+               list[i].p.shuffle ? "shuffle" : "contig", (long long)c.args.num_outputs, r.median_us, gbs,
+               bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, check);
         fflush(stdout);
         if (js)
             fprintf(js,
                     "%s\n  {\"name\": \"%s\", \"layout\": \"%s\", \"reqs\": %lld, \"tokens\": %lld, \"C\": %lld, "
                     "\"block\": %lld, \"format\": \"%s\", \"overlap\": %d, \"kv_block_size\": %lld, "
                     "\"outputs\": %lld, \"bytes\": %.0f, \"median_us\": %.3f, \"min_us\": %.3f, \"gbs\": %.3f, "
-                    "\"pct_read_bw\": %.2f, \"check\": \"%s\"}",
+                    "\"max_us\": %.3f, \"pct_read_bw\": %.2f, \"floor_us\": %.3f, \"x_floor\": %.4f, "
+                    "\"check\": \"%s\"}",
                     i ? "," : "", list[i].name, list[i].p.shuffle ? "shuffle" : "contig",
                     (long long)list[i].p.num_reqs, (long long)list[i].p.total_tokens,
                     (long long)list[i].p.compress_ratio, (long long)list[i].p.block_size,
                     list[i].p.nope_format ? "fp8" : "int8", (int)list[i].p.overlap,
                     (long long)c.args.kv_block_size, (long long)c.args.num_outputs, bytes, r.median_us, r.min_us, gbs,
-                    bw > 0 ? 100.0 * gbs / bw : 0.0, ok ? "ok" : "fail");
+                    r.max_us, bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, ok ? "ok" : "fail");
         kvc_case_free(&c);
     }
     if (js) {
         fprintf(js, "\n ]\n}\n");
         fclose(js);
     }
+    if (nx) printf("x_floor: geomean %.3f, worst %.3f over %d cases\n", exp(log_x / nx), worst_x, nx);
     printf("%d cases, %d failed\n", n, failures);
     return failures ? 1 : 0;
 }
@@ -592,7 +645,7 @@ static int cmd_verify(int argc, char **argv) {
         if (!bad) {
             kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, 7);
             if (gpu) {
-                if (device_case(be, &c, 1, &r) != 0) {
+                if (device_case(be, &c, 1, 0, &r) != 0) {
                     snprintf(msg, sizeof msg, "%s: %.400s", kvc_status_string(r.status), r.message);
                     bad = 1;
                 }
@@ -671,7 +724,7 @@ static int cmd_verify(int argc, char **argv) {
             kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, 9);
             bench_result r;
             memset(&r, 0, sizeof r);
-            if (gpu) bad = device_case(be, &c, 1, &r) != 0;
+            if (gpu) bad = device_case(be, &c, 1, 0, &r) != 0;
             else {
                 kvc_exec ex;
                 kvc_exec_init(&ex);

@@ -21,6 +21,7 @@ class Args(ctypes.Structure):
         ("kv_cache", vp), ("num_pages", i64), ("page_stride", i64), ("kv_block_size", i64),
         ("compress_ratio", i64), ("rms_norm_eps", ctypes.c_float),
         ("nope_format", ctypes.c_int), ("overlap", ctypes.c_int), ("cos_sin_layout", ctypes.c_int),
+        ("numerics", ctypes.c_int),
     ]
 
 
@@ -31,7 +32,7 @@ class Exec(ctypes.Structure):
 
 class Report(ctypes.Structure):
     _fields_ = [("outputs_written", i64), ("outputs_padding", i64), ("outputs_nonfinite", i64),
-                ("device_async", ctypes.c_int)]
+                ("device_async", ctypes.c_int), ("numerics", ctypes.c_int)]
 
 
 class DeviceStatus(ctypes.Structure):

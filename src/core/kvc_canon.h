@@ -137,16 +137,12 @@ KVC_FN float kvc_exp(float x) {
 
 /**
  * Segment / tree state of the online softmax, one dimension:
- * (max, denominator, numerator).  Merge B (right) into A (left) in place.
+ * (max, denominator, numerator).  kvc_merge_scaled: the rest of kvc_merge
+ * once m = max(mA, mB), a_max = (mA == m) and the other side's factor
+ * f = exp(other - m) are known (a GPU's FAST mode, SPEC 8, computes f with
+ * its own exp).
  */
-KVC_FN void kvc_merge(float *mA, float *dA, float *nA, float mB, float dB, float nB) {
-    float m = kvc_max(*mA, mB);
-    /* The side that holds the max has factor kexp(0) == 1.0f exactly, and
-     * x * 1.0f == x: one kexp per merge instead of two, same bytes.  (A NaN
-     * or +Inf max only arises where a den is already NaN, which every path
-     * propagates to the non-finite slot.) */
-    const int a_max = (*mA == m);
-    float f = kvc_exp(KVC_SUB(a_max ? mB : *mA, m));
+KVC_FN void kvc_merge_scaled(float *mA, float *dA, float *nA, float dB, float nB, float m, int a_max, float f) {
     float fA = a_max ? 1.0f : f;
     float fB = a_max ? f : 1.0f;
     float d = KVC_ADD(KVC_MUL(*dA, fA), KVC_MUL(dB, fB));
@@ -155,6 +151,17 @@ KVC_FN void kvc_merge(float *mA, float *dA, float *nA, float mB, float dB, float
     *mA = m;
     *dA = dead ? 0.0f : d;
     *nA = dead ? 0.0f : n;
+}
+
+/** Merge B (right) into A (left) in place. */
+KVC_FN void kvc_merge(float *mA, float *dA, float *nA, float mB, float dB, float nB) {
+    float m = kvc_max(*mA, mB);
+    /* The side that holds the max has factor kexp(0) == 1.0f exactly, and
+     * x * 1.0f == x: one kexp per merge instead of two, same bytes.  (A NaN
+     * or +Inf max only arises where a den is already NaN, which every path
+     * propagates to the non-finite slot.) */
+    const int a_max = (*mA == m);
+    kvc_merge_scaled(mA, dA, nA, dB, nB, m, a_max, kvc_exp(KVC_SUB(a_max ? mB : *mA, m)));
 }
 
 /**

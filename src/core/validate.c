@@ -32,6 +32,8 @@ kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *a) {
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "nope_format = %d is not a kvc_nope_format", (int)a->nope_format);
     if ((unsigned)a->overlap > KVC_OVERLAP_ON)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "overlap = %d is not a kvc_overlap", (int)a->overlap);
+    if ((unsigned)a->numerics > KVC_NUMERICS_FAST)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "numerics = %d is not a kvc_numerics", (int)a->numerics);
     if ((unsigned)a->cos_sin_layout > KVC_COS_SIN_INTERLEAVED)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "cos_sin_layout = %d is not a kvc_cos_sin_layout",
                         (int)a->cos_sin_layout);

@@ -29,7 +29,12 @@
  * finalises them in turn with the next output's loads in flight.
  *
  * Files: the device code is cuda_kernels.cuh, compiled here once per DPT
- * (namespaces kvc_cuda_d1, kvc_cuda_d2); this file holds the host side.
+ * and numerics mode (namespaces kvc_cuda_d1, kvc_cuda_d2; FAST, SPEC 8:
+ * kvc_cuda_d1f, kvc_cuda_d2f); this file holds the host side.
+ *
+ * Streams: the workspace and the library's status word belong to the
+ * (device, stream) pair of the call, so calls on different streams never
+ * share mutable memory (SPEC 2.6).
  * Per call the host picks: the kernel (one-segment, or compress_kernel<KF>
  * whose only reduction body is KF full segments per lane -- v14 -- or the
  * generic compress_kernel<0>), the chunk size (~one wave of CTAs, v15), and
@@ -125,18 +130,36 @@ struct launch_params {
     int small_k;                /* one-segment windows: outputs per CTA            */
 };
 
-/* The device code, once per dims-per-thread (cuda_kernels.cuh). */
+/* The device code, once per dims-per-thread and numerics mode (cuda_kernels.cuh). */
 namespace kvc_cuda_d1 {
 #define DPT 1
+#define FASTNUM 0
 #include "cuda_kernels.cuh"
+#undef FASTNUM
 #undef DPT
 } // namespace kvc_cuda_d1
 namespace kvc_cuda_d2 {
 #define DPT 2
+#define FASTNUM 0
 #include "cuda_kernels.cuh"
+#undef FASTNUM
 #undef DPT
 } // namespace kvc_cuda_d2
-namespace ks = kvc_cuda_d2; /* the one-segment kernel's */
+namespace kvc_cuda_d1f {
+#define DPT 1
+#define FASTNUM 1
+#include "cuda_kernels.cuh"
+#undef FASTNUM
+#undef DPT
+} // namespace kvc_cuda_d1f
+namespace kvc_cuda_d2f {
+#define DPT 2
+#define FASTNUM 1
+#include "cuda_kernels.cuh"
+#undef FASTNUM
+#undef DPT
+} // namespace kvc_cuda_d2f
+namespace ks = kvc_cuda_d2; /* the one-segment kernel's constants */
 
 /* Launch the main kernel of namespace NS: compress_kernel<kf> (kf = 0: the
  * generic one). */
@@ -154,20 +177,47 @@ namespace ks = kvc_cuda_d2; /* the one-segment kernel's */
     }
 #if KVC_CUDA_DPT != 2
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d1)
+KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d1f)
 #endif
 #if KVC_CUDA_DPT != 1
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2)
+KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2f)
 #endif
 
 /* ---- host side --------------------------------------------------------- */
 
+/* Workspace (status word, tickets, chunk states) per (device, stream), so
+ * that calls on different streams never share mutable memory (SPEC 2.6).
+ * cudaStreamPerThread names a different stream on every host thread: its
+ * entries are keyed by the thread as well. */
 typedef struct {
+    int dev;
+    cudaStream_t stream;
+    pthread_t thread;
     void *buf;
     size_t bytes;
 } device_ws;
 
+#define KVC_CUDA_MAX_STREAMS 1024
 static pthread_mutex_t g_ws_lock = PTHREAD_MUTEX_INITIALIZER;
-static device_ws g_ws[64];
+static device_ws g_ws[KVC_CUDA_MAX_STREAMS];
+static int g_nws;
+
+/* The entry of (dev, stream), created if `create`; NULL if none.  Caller holds g_ws_lock. */
+static device_ws *ws_find(int dev, cudaStream_t stream, int create) {
+    const int per_thread = stream == cudaStreamPerThread;
+    const pthread_t self = pthread_self();
+    for (int i = 0; i < g_nws; i++)
+        if (g_ws[i].dev == dev && g_ws[i].stream == stream && (!per_thread || pthread_equal(g_ws[i].thread, self)))
+            return &g_ws[i];
+    if (!create || g_nws == KVC_CUDA_MAX_STREAMS) return NULL;
+    device_ws *w = &g_ws[g_nws++];
+    memset(w, 0, sizeof *w);
+    w->dev = dev;
+    w->stream = stream;
+    w->thread = self;
+    return w;
+}
 
 static kvc_status cuda_fail(cudaError_t e, const char *what) {
     return kvc_fail(KVC_ERROR_DEVICE, "CUDA %s: %s", what, cudaGetErrorString(e));
@@ -210,9 +260,11 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     }
     if (dev >= 64) return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "CUDA device %d >= 64", dev);
     cudaStream_t stream = (cudaStream_t)e->stream;
+    const int fastnum = a->numerics == KVC_NUMERICS_FAST; /* every kernel here has a FAST form */
     if (rep) {
         rep->outputs_written = rep->outputs_padding = rep->outputs_nonfinite = -1;
         rep->device_async = 1;
+        rep->numerics = a->numerics;
     }
     launch_params P;
     memset(&P, 0, sizeof P);
@@ -260,7 +312,12 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     size_t cs_bytes = P.nchunk > 1 ? (size_t)nout * (size_t)P.nchunk * 3 * 512 * 4 : 0;
     size_t need = st_bytes + tk_bytes + cs_bytes;
     pthread_mutex_lock(&g_ws_lock);
-    device_ws *ws = &g_ws[dev];
+    device_ws *ws = ws_find(dev, stream, 1);
+    if (!ws) {
+        pthread_mutex_unlock(&g_ws_lock);
+        return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CUDA: workspaces for more than %d (device, stream) pairs",
+                        KVC_CUDA_MAX_STREAMS);
+    }
     if (ws->bytes < need) {
         if (ws->buf) cudaFree(ws->buf);
         ws->buf = NULL;
@@ -299,7 +356,8 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
         const long long sb = (nout + P.small_k - 1) / P.small_k;
         if (sb > 0x7FFFFFFFLL)
             return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs / %d = %lld exceeds the CUDA grid", P.small_k, sb);
-        ks::compress_small_kernel<<<(unsigned)sb, ks::kDG, 0, stream>>>(P);
+        if (fastnum) kvc_cuda_d2f::compress_small_kernel<<<(unsigned)sb, ks::kDG, 0, stream>>>(P);
+        else ks::compress_small_kernel<<<(unsigned)sb, ks::kDG, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
@@ -310,15 +368,19 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     /* every chunk kk = ch / L full segments on the fast path: a kernel with
      * only that body (1/8 of the code; v14: 2-6% faster) */
     const int kf = KVC_CUDA_SPECIALIZE && P.fast && full ? (int)(ch / L) : 0;
-#if KVC_CUDA_DPT == 0
-    if (dpt == 1)
-        launch_main_kvc_cuda_d1(P, (unsigned)blocks, (unsigned)(kvc_cuda_d1::kDG * L), smem, stream, kf);
-    else
-        launch_main_kvc_cuda_d2(P, (unsigned)blocks, (unsigned)(kvc_cuda_d2::kDG * L), smem, stream, kf);
-#elif KVC_CUDA_DPT == 1
-    launch_main_kvc_cuda_d1(P, (unsigned)blocks, (unsigned)(kvc_cuda_d1::kDG * L), smem, stream, kf);
-#else
-    launch_main_kvc_cuda_d2(P, (unsigned)blocks, (unsigned)(kvc_cuda_d2::kDG * L), smem, stream, kf);
+#if KVC_CUDA_DPT != 2
+    if (dpt == 1) {
+        const unsigned th = (unsigned)(kvc_cuda_d1::kDG * L);
+        if (fastnum) launch_main_kvc_cuda_d1f(P, (unsigned)blocks, th, smem, stream, kf);
+        else launch_main_kvc_cuda_d1(P, (unsigned)blocks, th, smem, stream, kf);
+    }
+#endif
+#if KVC_CUDA_DPT != 1
+    if (dpt == 2) {
+        const unsigned th = (unsigned)(kvc_cuda_d2::kDG * L);
+        if (fastnum) launch_main_kvc_cuda_d2f(P, (unsigned)blocks, th, smem, stream, kf);
+        else launch_main_kvc_cuda_d2(P, (unsigned)blocks, th, smem, stream, kf);
+    }
 #endif
     if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
     return KVC_OK;
@@ -329,12 +391,18 @@ extern "C" kvc_status kvc_cuda_read_status_impl(const kvc_exec *e, kvc_device_st
     cudaError_t err;
     if (dev < 0 && (err = cudaGetDevice(&dev)) != cudaSuccess) return cuda_fail(err, "cudaGetDevice");
     if (dev >= 64) return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "CUDA device %d >= 64", dev);
-    const void *src = e && e->device_status ? (const void *)e->device_status : g_ws[dev].buf;
+    cudaStream_t stream = e ? (cudaStream_t)e->stream : 0;
+    const void *src = e && e->device_status ? (const void *)e->device_status : NULL;
+    if (!src) {
+        pthread_mutex_lock(&g_ws_lock);
+        const device_ws *w = ws_find(dev, stream, 0);
+        src = w ? w->buf : NULL;
+        pthread_mutex_unlock(&g_ws_lock);
+    }
     if (!src) {
         memset(out, 0, sizeof *out);
         return KVC_OK;
     }
-    cudaStream_t stream = e ? (cudaStream_t)e->stream : 0;
     if ((err = cudaMemcpyAsync(out, src, sizeof *out, cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
         return cuda_fail(err, "cudaMemcpyAsync(status)");
     if ((err = cudaStreamSynchronize(stream)) != cudaSuccess) return cuda_fail(err, "cudaStreamSynchronize");

@@ -7,6 +7,10 @@
  * the main kernel for both; the host picks one per call).  No include guard
  * on purpose; every macro it defines is undefined at the end.
  *
+ * FASTNUM 1 compiles SPEC 8's FAST numerics (namespaces kvc_cuda_d1f,
+ * kvc_cuda_d2f): the window reduction's exps by ex2.approx, its weighted sums
+ * by fma; segments, tree order and finaliser unchanged.
+ *
  * Needs: kvc_canon.h, kvc_check.h, kvc_internal.h, launch_params, TR(),
  * MAX_CH, KVC_LD and the tuning knobs of cuda_backend.cu.
  */
@@ -21,9 +25,32 @@ struct stv {
     float m[DPT], d[DPT], n[DPT];
 };
 
+/* The reduction's exp, segment step and merge: SPEC 3, or SPEC 8's FAST form. */
+__device__ __forceinline__ void red_step(float m, float s, float v, float *d, float *n) {
+#if FASTNUM
+    float e;
+    asm("ex2.approx.f32 %0, %1;" : "=f"(e) : "f"(KVC_MUL(KVC_SUB(s, m), KVC_LOG2E)));
+    *d = KVC_ADD(*d, e);
+    *n = __fmaf_rn(e, v, *n);
+#else
+    kvc_seg_step(m, s, v, d, n);
+#endif
+}
+__device__ __forceinline__ void red_merge(float *mA, float *dA, float *nA, float mB, float dB, float nB) {
+#if FASTNUM
+    const float m = kvc_max(*mA, mB);
+    const int a_max = (*mA == m);
+    float f;
+    asm("ex2.approx.f32 %0, %1;" : "=f"(f) : "f"(KVC_MUL(KVC_SUB(a_max ? mB : *mA, m), KVC_LOG2E)));
+    kvc_merge_scaled(mA, dA, nA, dB, nB, m, a_max, f);
+#else
+    kvc_merge(mA, dA, nA, mB, dB, nB);
+#endif
+}
+
 __device__ __forceinline__ void st_merge(stv &a, const stv &b) {
 #pragma unroll
-    for (int j = 0; j < DPT; j++) kvc_merge(&a.m[j], &a.d[j], &a.n[j], b.m[j], b.d[j], b.n[j]);
+    for (int j = 0; j < DPT; j++) red_merge(&a.m[j], &a.d[j], &a.n[j], b.m[j], b.d[j], b.n[j]);
 }
 
 
@@ -123,7 +150,7 @@ __device__ __forceinline__ stv seg_reduce_rows(const seg_data &x, int n, AfterRo
     for (int i = 0; i < KVC_SEG; i++) {
         if (i < n)
 #pragma unroll
-            for (int j = 0; j < DPT; j++) kvc_seg_step(st.m[j], x.s[i][j], x.v[i][j], &st.d[j], &st.n[j]);
+            for (int j = 0; j < DPT; j++) red_step(st.m[j], x.s[i][j], x.v[i][j], &st.d[j], &st.n[j]);
         after_row(i);
     }
 #pragma unroll

@@ -198,6 +198,7 @@ int kvc_kit_conforms(const uint8_t *ours, const uint8_t *ref, int64_t n, int fp8
         }
         for (int j = 0; j < 64; j++) {
             float a = bf16f(x + 448 + 2 * j), b = bf16f(y + 448 + 2 * j);
+            if (a != a && b != b) continue; /* both NaN: the non-finite slot of SPEC 2.4 */
             if (!(fabsf(a - b) <= 1e-2f + 1e-2f * fabsf(b))) {
                 snprintf(msg, msglen, "output %lld rope %d: %g vs reference %g", (long long)o, j, a, b);
                 return 1;

@@ -159,14 +159,21 @@ static void trace_summary(void) {
 }
 #endif
 
-extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, bench_result *out) {
+/* The floor's buffer: grown to the largest case, never shrunk. */
+static float4 *g_floor;
+static size_t g_floor_bytes;
+static float *g_floor_sink;
+
+extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, bench_result *out) {
     dev_args x;
     kvc_exec ex;
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CUDA;
     cudaEvent_t e0 = NULL, e1 = NULL;
-    std::vector<double> t;
+    std::vector<double> t, tf;
     kvc_device_status s;
+    int sms = 132, dev = 0;
+    const size_t fbytes = ((size_t)floor_bytes + 15) & ~(size_t)15;
     out->status = KVC_OK;
     if (to_device(&c->args, &x) != 0) {
         out->status = KVC_ERROR_DEVICE;
@@ -175,10 +182,31 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, bench_result *out) {
     }
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
+    CK(cudaGetDevice(&dev));
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (fbytes > g_floor_bytes) {
+        if (g_floor) cudaFree(g_floor);
+        g_floor = NULL;
+        g_floor_bytes = 0;
+        CK(cudaMalloc(&g_floor, fbytes));
+        CK(cudaMemset(g_floor, 0x3c, fbytes));
+        g_floor_bytes = fbytes;
+    }
+    if (!g_floor_sink) CK(cudaMalloc(&g_floor_sink, 4));
 #ifdef KVC_CUDA_TRACE
     kvc_cuda_trace_copy(NULL, NULL, 0, 1);
 #endif
-    for (int i = -3; i < repeat; i++) { /* 3 warm-up calls */
+    for (int i = -10; i < repeat; i++) { /* 10 warm-up calls; the floor after each call */
+        if (fbytes) {
+            flush_l2(0);
+            CK(cudaEventRecord(e0, 0));
+            read_kernel<<<sms * 8, 512>>>(g_floor, fbytes / 16, g_floor_sink);
+            CK(cudaEventRecord(e1, 0));
+            CK(cudaEventSynchronize(e1));
+            float fms = 0;
+            CK(cudaEventElapsedTime(&fms, e0, e1));
+            if (i >= 0) tf.push_back(fms * 1e3);
+        }
         flush_l2(0);
         CK(cudaEventRecord(e0, 0));
         kvc_status st = kvc_compress(&x.d, &ex, NULL);
@@ -205,6 +233,8 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, bench_result *out) {
     CK(cudaMemcpy(c->kv_cache, x.d.kv_cache, x.kv_bytes, cudaMemcpyDeviceToHost));
     out->median_us = median(t);
     out->min_us = t.empty() ? 0 : *std::min_element(t.begin(), t.end());
+    out->max_us = t.empty() ? 0 : *std::max_element(t.begin(), t.end());
+    out->floor_us = median(tf);
     out->calls = (int)t.size();
 done:
     cudaEventDestroy(e0);
