@@ -17,9 +17,12 @@
  *  - Nothing in the library exits, aborts or asserts.
  *
  * Thread safety: every function may be called concurrently from several
- * threads; error messages are per thread.  Exception (CUDA backend): calls on
- * one device share that device's workspace and status word, so they must be
- * ordered (one stream, or streams synchronised with each other).
+ * threads; error messages are per thread.  CUDA backend: the workspace and
+ * the library's status word belong to the (device, stream) pair of a call,
+ * so calls in flight on different streams are independent; calls on one
+ * stream are ordered by the stream.  (A CUDA graph captured on a stream
+ * keeps using that stream's workspace: do not replay it concurrently with
+ * other work on the stream it was captured on.)
  */
 #ifndef KVCOMPRESS_H
 #define KVCOMPRESS_H
@@ -211,7 +214,8 @@ typedef enum kvc_backend {
 } kvc_backend;
 
 /**
- * Device-side status word (GPU backends).  Lives in device memory; the
+ * Device-side status word (GPU backends).  Lives in device memory (the
+ * library's own is one per CUDA stream); the
  * library resets it at the start of every call (in stream order) and the
  * kernel records the first device-side index error into it.  Read it with
  * kvc_cuda_read_status() after the stream has reached the call.
@@ -296,8 +300,8 @@ KVC_API int kvc_cpu_default_threads(void);
 
 /**
  * kvc_cuda_read_status() -- wait for `exec->stream`, then copy the device
- * status word of the last call on this device (or exec->device_status) to
- * `out`.  @return KVC_OK, KVC_ERROR_BACKEND_UNAVAILABLE without CUDA, or
+ * status word of the last call on that stream and device (or
+ * exec->device_status) to `out`.  @return KVC_OK, KVC_ERROR_BACKEND_UNAVAILABLE without CUDA, or
  * KVC_ERROR_DEVICE.  Synchronises the stream: call it when you choose to.
  */
 KVC_API kvc_status kvc_cuda_read_status(const kvc_exec *exec,
