@@ -82,7 +82,8 @@ typedef enum kvc_status {
     KVC_ERROR_BACKEND_UNAVAILABLE = 7,  /* backend not compiled in / no device */
     KVC_ERROR_OUT_OF_MEMORY = 8,        /* host or device allocation failed    */
     KVC_ERROR_DEVICE = 9,               /* CUDA / OpenCL runtime error         */
-    KVC_ERROR_MAX_CODE = 10             /* not a status; one past the last     */
+    KVC_ERROR_ALIASING = 10,            /* kv_cache overlaps an input          */
+    KVC_ERROR_MAX_CODE = 11             /* not a status; one past the last     */
 } kvc_status;
 
 /**

@@ -42,7 +42,6 @@ static void test_64bit_addressing(void) {
     float dummy_state[4];
     uint16_t w[512] = {0};
     float cs[64] = {0};
-    uint8_t kv[8];
     int32_t t2r[2] = {0, 1};
     int64_t positions[2] = {(INT64_C(1) << 33) + 127, (INT64_C(1) << 34) - 1};
     int64_t slots[2] = {INT64_C(3) << 31, (INT64_C(3) << 31) + 1};
@@ -64,7 +63,10 @@ static void test_64bit_addressing(void) {
     a.rms_norm_weight = w;
     a.cos_sin_cache = cs;
     a.max_pos = INT64_C(1) << 35;
-    a.kv_cache = kv;
+    /* kvc_validate never touches kv_cache; its declared 2^28 pages (10 TB)
+     * must not overlap the inputs' declared spans, so it gets an address of
+     * its own below them */
+    a.kv_cache = (uint8_t *)(uintptr_t)(UINT64_C(1) << 40);
     a.num_pages = INT64_C(1) << 28; /* 2^34 slots of 64 */
     a.compress_ratio = 128;
     kvc_status st = kvc_validate(&a);

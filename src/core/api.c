@@ -51,7 +51,10 @@ kvc_status kvc_compress(const kvc_args *args, const kvc_exec *exec, kvc_report *
     kvc_args a;
     kvc_status st = kvc_check_shapes(args, &a);
     if (st != KVC_OK) return st;
+    if (exec->num_threads < 0 || exec->num_threads > 1024)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->num_threads = %d outside [0, 1024]", exec->num_threads);
     kvc_backend b = exec->backend == KVC_BACKEND_AUTO ? pick_auto(&a) : exec->backend;
+    if ((st = kvc_check_aliasing(&a, b == KVC_BACKEND_OPENCL)) != KVC_OK) return st;
     switch (b) {
     case KVC_BACKEND_CPU: return kvc_cpu_compress(&a, exec, report);
 #ifdef KVC_WITH_CUDA

@@ -33,6 +33,9 @@ KVC_HIDDEN kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *out);
  * Check every index value (host memory) of resolved args, including that no
  * two outputs share a slot.  Counts padding outputs into *padding if not NULL.
  */
+/* kv_cache's written bytes overlapping an input's span -> KVC_ERROR_ALIASING.
+ * handles != 0 (OpenCL: the pointers are cl_mem): the same handle only. */
+KVC_HIDDEN kvc_status kvc_check_aliasing(const kvc_args *a, int handles);
 KVC_HIDDEN kvc_status kvc_check_indices(const kvc_args *a, int64_t *padding);
 
 /** Message for a failed per-output check (shared by host and device paths). */

@@ -22,6 +22,7 @@ const char *kvc_status_string(kvc_status status) {
         "KVC_ERROR_BACKEND_UNAVAILABLE",
         "KVC_ERROR_OUT_OF_MEMORY",
         "KVC_ERROR_DEVICE",
+        "KVC_ERROR_ALIASING",
     };
     if ((int)status < 0 || (int)status >= KVC_ERROR_MAX_CODE) return "unknown kvc_status";
     return names[status];

@@ -16,6 +16,100 @@ static kvc_status need_nonneg(const char *name, int64_t v) {
 /* a * b fits in int64 (a, b >= 0)? */
 static int mul_ok(int64_t a, int64_t b) { return b == 0 || a <= INT64_MAX / b; }
 
+/* Checked int64 arithmetic for the spans (operands >= 0): *ok cleared on overflow. */
+static int64_t cmul(int64_t a, int64_t b, int *ok) {
+    if (!mul_ok(a, b)) {
+        *ok = 0;
+        return 0;
+    }
+    return a * b;
+}
+static int64_t cadd(int64_t a, int64_t b, int *ok) {
+    if (a > INT64_MAX - b) {
+        *ok = 0;
+        return 0;
+    }
+    return a + b;
+}
+
+/* The byte spans [ptr, ptr + bytes) the call may touch, one per tensor, in
+ * kvc_args order; index 8 is kv_cache (written).  For kv_cache only each
+ * page's first 584 * kv_block_size bytes are touched (used[]). */
+enum { SPAN_COUNT = 9, SPAN_KV = 8 };
+typedef struct {
+    const char *name;
+    const void *ptr;
+    int64_t bytes;
+} span;
+
+static kvc_status tensor_spans(const kvc_args *a, span sp[SPAN_COUNT]) {
+    int ok = 1;
+    const int64_t st_elems =
+        a->num_blocks == 0 || a->block_size == 0
+            ? 0
+            : cadd(cadd(cmul(a->num_blocks - 1, a->state_stride_block, &ok),
+                        cmul(a->block_size - 1, a->state_stride_token, &ok), &ok),
+                   a->state_width, &ok);
+    const int64_t bt_elems = a->num_reqs == 0 || a->blocks_per_req == 0
+                                 ? 0
+                                 : cadd(cmul(a->num_reqs - 1, a->block_table_stride, &ok), a->blocks_per_req, &ok);
+    const int64_t cs_elems = a->max_pos == 0 ? 0 : cadd(cmul(a->max_pos - 1, a->cos_sin_stride, &ok), 64, &ok);
+    const int64_t kv_bytes =
+        a->num_pages == 0 ? 0
+                          : cadd(cmul(a->num_pages - 1, a->page_stride, &ok), a->kv_block_size * KVC_SLOT_BYTES, &ok);
+    const span all[SPAN_COUNT] = {
+        {"state_cache", a->state_cache, cmul(st_elems, 4, &ok)},
+        {"token_to_req", a->token_to_req, cmul(a->num_tokens, 4, &ok)},
+        {"positions", a->positions, cmul(a->num_tokens, 8, &ok)},
+        {"kv_slot_mapping", a->kv_slot_mapping, cmul(a->num_tokens, 8, &ok)},
+        {"boundary_token_indices", a->boundary_token_indices, cmul(a->num_outputs, 8, &ok)},
+        {"block_table", a->block_table, cmul(bt_elems, 4, &ok)},
+        {"rms_norm_weight", a->rms_norm_weight, 1024},
+        {"cos_sin_cache", a->cos_sin_cache, cmul(cs_elems, 4, &ok)},
+        {"kv_cache", a->kv_cache, kv_bytes},
+    };
+    if (!ok) return kvc_fail(KVC_ERROR_BAD_SHAPE, "a tensor's sizes and strides span more than 2^63 bytes");
+    for (int i = 0; i < SPAN_COUNT; i++) {
+        sp[i] = all[i];
+        if (sp[i].ptr && (uintptr_t)sp[i].ptr > UINTPTR_MAX - (uint64_t)sp[i].bytes)
+            return kvc_fail(KVC_ERROR_BAD_SHAPE, "%s at %p spans " I64 " bytes: past the end of the address space",
+                            sp[i].name, sp[i].ptr, LL(sp[i].bytes));
+    }
+    return KVC_OK;
+}
+
+/* Does [lo, lo + n) meet a byte kv_cache writes (the first `used` bytes of
+ * each of `pages` pages of `stride` bytes from `base`)? */
+static int meets_written(uintptr_t base, int64_t pages, int64_t stride, int64_t used, uintptr_t lo, int64_t n) {
+    if (n <= 0 || pages <= 0) return 0;
+    const uint64_t total = (uint64_t)(pages - 1) * (uint64_t)stride + (uint64_t)used;
+    const uintptr_t hi = lo + (uint64_t)n; /* no wrap: tensor_spans checked it */
+    if (hi <= base || lo >= base + total) return 0;
+    const uint64_t rel = lo > base ? lo - base : 0;
+    const uint64_t k = rel / (uint64_t)stride;
+    if (rel - k * (uint64_t)stride < (uint64_t)used) return 1; /* starts inside page k's slots */
+    return k + 1 < (uint64_t)pages && base + (k + 1) * (uint64_t)stride < hi; /* reaches page k + 1 */
+}
+
+kvc_status kvc_check_aliasing(const kvc_args *a, int handles) {
+    if (a->num_outputs == 0) return KVC_OK;
+    span sp[SPAN_COUNT];
+    kvc_status st = tensor_spans(a, sp);
+    if (st != KVC_OK) return st;
+    const span *kv = &sp[SPAN_KV];
+    for (int i = 0; i < SPAN_KV; i++) {
+        const int hit = handles ? sp[i].ptr == kv->ptr
+                                : meets_written((uintptr_t)kv->ptr, a->num_pages, a->page_stride,
+                                                a->kv_block_size * KVC_SLOT_BYTES, (uintptr_t)sp[i].ptr, sp[i].bytes);
+        if (hit)
+            return kvc_fail(KVC_ERROR_ALIASING,
+                            handles ? "kv_cache and %s are the same buffer: the output would rewrite an input"
+                                    : "kv_cache overlaps %s: the output would rewrite an input it reads",
+                            sp[i].name);
+    }
+    return KVC_OK;
+}
+
 kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *a) {
     if (!in) return kvc_fail(KVC_ERROR_NULL_POINTER, "args = NULL");
     *a = *in;
@@ -87,6 +181,9 @@ kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *a) {
         !mul_ok(a->num_pages, a->page_stride) || !mul_ok(a->num_pages, a->kv_block_size))
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "tensor extents overflow int64 element offsets");
 
+    /* the largest byte offset of every tensor fits (and, for host pointers, the address space) */
+    span sp[SPAN_COUNT];
+    if ((st = tensor_spans(a, sp)) != KVC_OK) return st;
     if (a->num_outputs > 0) {
         const struct { const void *p; const char *name; } ptrs[] = {
             {a->state_cache, "state_cache"},       {a->token_to_req, "token_to_req"},
@@ -184,5 +281,6 @@ kvc_status kvc_validate(const kvc_args *args) {
     kvc_args a;
     kvc_status st = kvc_check_shapes(args, &a);
     if (st != KVC_OK) return st;
+    if ((st = kvc_check_aliasing(&a, 0)) != KVC_OK) return st;
     return kvc_check_indices(&a, NULL);
 }

@@ -220,7 +220,12 @@ static device_ws *ws_find(int dev, cudaStream_t stream, int create) {
 }
 
 static kvc_status cuda_fail(cudaError_t e, const char *what) {
-    return kvc_fail(KVC_ERROR_DEVICE, "CUDA %s: %s", what, cudaGetErrorString(e));
+    /* no usable device or driver: the backend is unavailable (not a device fault) */
+    const int none = e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInitializationError;
+    cudaGetLastError();
+    return kvc_fail(none ? KVC_ERROR_BACKEND_UNAVAILABLE : e == cudaErrorInvalidDevice ? KVC_ERROR_BAD_PARAMETER
+                                                                                         : KVC_ERROR_DEVICE,
+                    "CUDA %s: %s", what, cudaGetErrorString(e));
 }
 
 extern "C" int kvc_cuda_available(void) {
@@ -256,7 +261,7 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     if (dev < 0) {
         if ((err = cudaGetDevice(&dev)) != cudaSuccess) return cuda_fail(err, "cudaGetDevice");
     } else if ((err = cudaSetDevice(dev)) != cudaSuccess) {
-        return cuda_fail(err, "cudaSetDevice");
+        return cuda_fail(err, "cudaSetDevice(exec->device)");
     }
     if (dev >= 64) return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "CUDA device %d >= 64", dev);
     cudaStream_t stream = (cudaStream_t)e->stream;

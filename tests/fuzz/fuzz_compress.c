@@ -9,6 +9,12 @@
  *   - on error, kv_cache must be byte-identical to before;
  *   - on success, bytes outside the written slots must be unchanged and
  *     every written slot's pad byte is 0.
+ * It also reaches the extremes: index values at and near INT64_MIN/MAX and
+ * INT32_MIN/MAX, strides and sizes whose byte spans overflow int64 (then
+ * every buffer is a small stand-in and the call must be refused: ASan
+ * catches any access), and kv_cache overlapping an input inside one arena
+ * (refused with KVC_ERROR_ALIASING exactly when an input byte lies in a
+ * slot the call could write, and then nothing written).
  * A violated property aborts (this harness may; the library never does).
  */
 #include <math.h>
@@ -29,12 +35,24 @@ static uint32_t take(reader *r, uint32_t range) { /* 0 .. range-1 */
     for (int k = 0; k < 4; k++) v = (v << 8) | (r->i < r->n ? r->p[r->i++] : 0);
     return range ? v % range : 0;
 }
-static int64_t take_idx(reader *r, int64_t valid) { /* mostly valid, sometimes just out */
+static const int64_t k_extremes[] = {INT64_MIN,     INT64_MIN + 1,     INT64_MAX,     INT64_MAX - 1,
+                                     INT32_MIN,     INT32_MAX,         (int64_t)INT32_MIN - 1,
+                                     (int64_t)INT32_MAX + 1, INT64_MIN / 2, INT64_MAX / 2 + 1};
+static int64_t take_idx(reader *r, int64_t valid) { /* mostly valid, sometimes just out or extreme */
     uint32_t mode = take(r, 64);
     if (mode == 0) return -1 - (int64_t)take(r, 3);
     if (mode == 1) return valid + (int64_t)take(r, 3);
+    if (mode == 2) return k_extremes[take(r, 10)];
     return valid > 0 ? (int64_t)take(r, (uint32_t)valid) : 0;
 }
+static int32_t take_idx32(reader *r, int64_t valid) {
+    if (take(r, 64) == 0) return take(r, 2) ? INT32_MIN : INT32_MAX - (int32_t)take(r, 2);
+    const int64_t v = take_idx(r, valid);
+    return v < INT32_MIN ? INT32_MIN : v > INT32_MAX ? INT32_MAX : (int32_t)v;
+}
+
+/* Declared extent of a tensor in elements, as the library computes it (128-bit: may exceed int64). */
+static __int128 extent(int64_t n, int64_t stride, int64_t last) { return n ? (__int128)(n - 1) * stride + last : 0; }
 static float take_float(reader *r) {
     uint32_t m = take(r, 64);
     if (m == 0) return NAN;
@@ -94,27 +112,45 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 8: a.blocks_per_req = 0; a.block_table_stride = take(&r, 3); break;
     case 9: a.nope_format = (kvc_nope_format)(2 + take(&r, 3)); break;
     case 10: a.cos_sin_layout = (kvc_cos_sin_layout)-1; break;
+    /* huge strides and sizes: byte spans past int64 unless the count is 1 */
+    case 11: a.state_stride_block = INT64_C(1) << (58 + take(&r, 5)); break;
+    case 12: a.state_stride_token = INT64_C(1) << (58 + take(&r, 5)); break;
+    case 13: a.cos_sin_stride = INT64_C(1) << (59 + take(&r, 4)); break;
+    case 14: a.page_stride = INT64_MAX - (int64_t)take(&r, 1000); break;
+    case 15: a.block_table_stride = INT64_C(1) << (60 + take(&r, 3)); break;
     default: break;
     }
-    /* buffers of exactly the declared extents */
+    /* declared byte spans; past int64 means the call must be refused */
     const int64_t tok = a.state_stride_token > W ? a.state_stride_token : W;
     const int64_t Wa = a.state_width > W ? a.state_width : W; /* a wrong width is read by nobody, but size for it */
-    size_t n_state = a.num_blocks ? (size_t)((a.num_blocks - 1) * a.state_stride_block + (bs - 1) * tok + Wa) : 1;
+    const __int128 lim = (__int128)INT64_MAX / 8;
+    const __int128 e_state = a.num_blocks ? extent(a.num_blocks, a.state_stride_block, (bs - 1) * (__int128)tok + Wa) : 0;
+    const __int128 e_table = extent(a.num_reqs, a.block_table_stride, a.blocks_per_req);
+    const __int128 e_cs = extent(a.max_pos, a.cos_sin_stride, 64);
+    const __int128 e_kv = extent(a.num_pages, a.page_stride, 584 * S);
+    const int huge = e_state > lim || e_table > lim || e_cs > lim || e_kv > lim || (bs - 1) * (__int128)tok > lim;
+    const int64_t ps = a.page_stride;
+    size_t n_state = huge ? 1 : a.num_blocks ? (size_t)e_state : 1;
     float *state = malloc(n_state * sizeof(float));
     for (size_t i = 0; i < n_state; i++) state[i] = (i % 97 == 0) ? take_float(&r) : (float)(i % 13) * 0.25f - 1.5f;
     int32_t *t2r = malloc((size_t)a.num_tokens * 4);
     int64_t *pos = malloc((size_t)a.num_tokens * 8), *slots = malloc((size_t)a.num_tokens * 8);
     int64_t *bidx = malloc((size_t)(a.num_outputs ? a.num_outputs : 1) * 8);
-    size_t n_table = (size_t)((a.num_reqs - 1) * a.block_table_stride + a.blocks_per_req);
+    size_t n_table = huge ? 1 : (size_t)e_table;
     int32_t *table = malloc((n_table ? n_table : 1) * 4);
     uint16_t *w = malloc(512 * 2);
-    size_t n_cs = a.max_pos ? (size_t)((a.max_pos - 1) * a.cos_sin_stride + 64) : 1;
+    size_t n_cs = huge ? 1 : a.max_pos ? (size_t)e_cs : 1;
     float *cs = malloc(n_cs * 4);
-    const int64_t ps = a.page_stride;
-    size_t n_kv = (size_t)(a.num_pages * ps);
-    uint8_t *kv = malloc(n_kv ? n_kv : 1), *before = malloc(n_kv ? n_kv : 1);
+    size_t n_kv = huge ? 1 : (size_t)(a.num_pages * ps);
+    /* 1 in 8: kv_cache and one input share an arena, the input at some 8-byte
+     * offset inside kv_cache's pages (or just past them) */
+    const int alias = !huge && n_kv > 0 && take(&r, 8) == 0;
+    const int victim = (int)take(&r, 8); /* which input: kvc_args order */
+    size_t victim_bytes = 0, alias_off = 0;
+    uint8_t *arena = NULL;
+    uint8_t *kv = malloc(n_kv ? n_kv : 1), *before = NULL;
     for (int64_t t = 0; t < a.num_tokens; t++) {
-        t2r[t] = (int32_t)take_idx(&r, a.num_reqs);
+        t2r[t] = take_idx32(&r, a.num_reqs);
         /* half the time a position whose window fits the table and cos/sin rows */
         const int64_t Cw = a.compress_ratio > 0 ? a.compress_ratio : 1;
         int64_t hi = a.blocks_per_req * bs < a.max_pos ? a.blocks_per_req * bs : a.max_pos;
@@ -126,11 +162,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         else slots[t] = take(&r, 8) == 0 ? -1 : take_idx(&r, a.num_pages * S);
     }
     for (int64_t o = 0; o < a.num_outputs; o++) bidx[o] = take_idx(&r, a.num_tokens);
-    for (size_t i = 0; i < n_table; i++) table[i] = (int32_t)take_idx(&r, a.num_blocks);
+    for (size_t i = 0; i < n_table; i++) table[i] = take_idx32(&r, a.num_blocks);
     for (int d = 0; d < 512; d++) w[d] = (uint16_t)(0x3F80 + take(&r, 64) - 32);
     for (size_t i = 0; i < n_cs; i++) cs[i] = take_float(&r);
     for (size_t i = 0; i < n_kv; i++) kv[i] = (uint8_t)(i * 131 + 7);
+    void *inputs[8] = {state, t2r, pos, slots, bidx, table, w, cs};
+    const size_t in_bytes[8] = {n_state * 4, (size_t)a.num_tokens * 4, (size_t)a.num_tokens * 8,
+                                (size_t)a.num_tokens * 8, (size_t)a.num_outputs * 8, n_table * 4, 1024, n_cs * 4};
+    if (alias) { /* the arena: kv_cache first, the victim input copied in at alias_off */
+        victim_bytes = in_bytes[victim];
+        alias_off = 8 * (size_t)take(&r, (uint32_t)(n_kv / 8 + 2));
+        const size_t n_arena = (alias_off + victim_bytes > n_kv ? alias_off + victim_bytes : n_kv) + 8;
+        arena = malloc(n_arena);
+        memcpy(arena, kv, n_kv);
+        memcpy(arena + alias_off, inputs[victim], victim_bytes);
+        free(inputs[victim]);
+        free(kv);
+        kv = arena;
+        n_kv = n_arena; /* the whole arena must stay unchanged on refusal */
+        inputs[victim] = arena + alias_off;
+    }
+    before = malloc(n_kv ? n_kv : 1);
     memcpy(before, kv, n_kv);
+    state = inputs[0];
+    t2r = inputs[1];
+    pos = inputs[2];
+    slots = inputs[3];
+    bidx = inputs[4];
+    table = inputs[5];
+    w = inputs[6];
+    cs = inputs[7];
+    /* does the victim meet a byte of a slot (each page's first 584 S bytes)? */
+    int meets = 0;
+    for (int64_t pg = 0; alias && a.num_outputs > 0 && victim_bytes > 0 && pg < a.num_pages; pg++)
+        meets |= alias_off < (size_t)(pg * ps + 584 * S) && (size_t)(pg * ps) < alias_off + victim_bytes;
     a.state_cache = state;
     a.token_to_req = t2r;
     a.positions = pos;
@@ -154,6 +219,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kvc_report rep;
     kvc_status st = kvc_compress(&a, &ex, &rep);
     if (v != st) fail("kvc_validate and kvc_compress disagree");
+    if (huge && st == KVC_OK) fail("a byte span past int64 was accepted");
+    if (st == KVC_ERROR_ALIASING && !meets) fail("aliasing refused where no input byte lies in a slot");
+    if (meets && (st == KVC_OK || st == KVC_ERROR_INDEX_OUT_OF_RANGE || st == KVC_ERROR_DUPLICATE_SLOT))
+        fail("kv_cache overlapping an input was not refused as aliasing");
     st == KVC_OK ? g_ok++ : g_err++;
     g_by_status[(unsigned)st & 15]++;
     if (st != KVC_OK) {
@@ -176,7 +245,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (sl >= 0 && kv[(sl / S) * a.page_stride + S * 576 + (sl % S) * 8 + 7] != 0) fail("pad byte not 0");
         }
     }
-    free(state); free(t2r); free(pos); free(slots); free(bidx); free(table); free(w); free(cs); free(kv);
+    for (int i = 0; i < 8; i++)
+        if (!alias || i != victim) free(inputs[i]);
+    free(kv);
     free(before);
     return 0;
 }
