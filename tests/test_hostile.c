@@ -217,7 +217,34 @@ static void p_after(kvc_args *a, uint8_t *ar) { /* just past the last page */
     a->block_table = move_to(ar, (end + 7) & ~(size_t)7, a->block_table, table_bytes(a));
 }
 
+/* OpenCL passes cl_mem handles: the same handle for kv_cache and an input is refused
+ * before any OpenCL call (fake handle values; nothing is dereferenced). */
+static void opencl_same_handle(void) {
+    kvc_case c;
+    if (!make(&c)) return;
+    kvc_args a = c.args;
+    uintptr_t h = 0x1000;
+    a.state_cache = (const float *)(h += 0x1000);
+    a.token_to_req = (const int32_t *)(h += 0x1000);
+    a.positions = (const int64_t *)(h += 0x1000);
+    a.kv_slot_mapping = (const int64_t *)(h += 0x1000);
+    a.boundary_token_indices = (const int64_t *)(h += 0x1000);
+    a.block_table = (const int32_t *)(h += 0x1000);
+    a.rms_norm_weight = (const uint16_t *)(h += 0x1000);
+    a.cos_sin_cache = (const float *)(h += 0x1000);
+    a.kv_cache = (uint8_t *)(uintptr_t)a.block_table;
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_OPENCL;
+    const kvc_status st = kvc_compress(&a, &ex, NULL);
+    TU_CHECK(st == KVC_ERROR_ALIASING && strstr(kvc_last_error_message(), "block_table"),
+             "OpenCL, kv_cache the same cl_mem as block_table: %s (%s)", kvc_status_string(st),
+             kvc_last_error_message());
+    kvc_case_free(&c);
+}
+
 static void test_aliasing(void) {
+    opencl_same_handle();
     alias_case("block_table inside a slot", 1, "block_table", p_table_in_slot);
     alias_case("positions inside kv_cache", 1, "positions", p_positions);
     alias_case("boundary_token_indices at kv_cache", 1, "boundary_token_indices", p_bidx);
@@ -225,7 +252,7 @@ static void test_aliasing(void) {
     alias_case("kv_cache over state_cache's end", 1, "state_cache", p_state_under);
     alias_case("block_table in a page's unused tail", 0, "", p_page_tail);
     alias_case("block_table just past kv_cache", 0, "", p_after);
-    printf("ok   3. kv_cache overlapping an input refused (5), allowed layouts accepted (2)\n");
+    printf("ok   3. kv_cache overlapping an input refused (5 + the same OpenCL buffer), allowed layouts accepted (2)\n");
 }
 
 /* ---- 4. status codes ----------------------------------------------------- */
