@@ -129,42 +129,6 @@ KVC_FN kvc_i64 kvc_window_first(kvc_i64 p, kvc_i64 C, int overlap) {
 }
 
 /**
- * The checks of output o once its boundary token b (in [0, num_tokens)) and
- * that token's slot, request and position are loaded, up to the logical
- * block (a GPU may issue the loads ahead).  Then come the physical blocks
- * and kvc_check_row_and_slot, as in kvc_check_output_s.
- */
-KVC_FN int kvc_check_loaded(const kvc_shape *sh, kvc_i64 b, kvc_i64 slot, kvc_i64 r, kvc_i64 p, kvc_out_info *inf) {
-    inf->r = inf->p = inf->pc = inf->first = inf->aux = 0;
-    inf->b = b;
-    inf->slot = slot;
-    if (slot < 0) return KVC_CHECK_NONE;
-    inf->r = r;
-    inf->value = r;
-    if (r < 0 || r >= sh->num_reqs) return KVC_CHECK_REQUEST;
-    const kvc_i64 C = sh->compress_ratio;
-    inf->p = p;
-    inf->value = p;
-    if (p < C - 1) return KVC_CHECK_POSITION; /* p - C + 1 < 0, without overflow at INT64_MIN */
-    const kvc_i64 bs = sh->block_size;
-    const kvc_i64 last = p / bs;
-    inf->value = last;
-    if (last >= sh->blocks_per_req) return KVC_CHECK_LOGICAL_BLOCK;
-    inf->first = kvc_window_first(p, C, sh->overlap != 0);
-    return KVC_CHECK_NONE;
-}
-
-/** The checks after the physical blocks: cos/sin row and slot (inf from kvc_check_loaded). */
-KVC_FN int kvc_check_row_and_slot(const kvc_shape *sh, kvc_out_info *inf) {
-    inf->pc = (inf->p / sh->compress_ratio) * sh->compress_ratio;
-    inf->value = inf->pc;
-    if (inf->pc >= sh->max_pos) return KVC_CHECK_COS_SIN_ROW;
-    inf->value = inf->slot;
-    if (inf->slot / sh->kv_block_size >= sh->num_pages) return KVC_CHECK_SLOT;
-    return KVC_CHECK_NONE;
-}
-
-/**
  * Run every index check of output o.  @return KVC_CHECK_NONE (inf filled;
  * inf->slot < 0 means padding, the other fields then unset) or the number of
  * the first failing check (inf->value holds the offending value).
@@ -182,18 +146,37 @@ KVC_FN int kvc_check_output_s(const kvc_shape *sh, KVC_GLOBAL const kvc_i64 *bid
     if (b < 0 || b >= sh->num_tokens) return KVC_CHECK_BOUNDARY;
     /* the three reads of token b are independent: issue them together (a GPU
      * then waits for one memory latency, not three) */
-    const int chk = kvc_check_loaded(sh, b, slots[b], t2r[b], positions[b], inf);
-    if (chk != KVC_CHECK_NONE || inf->slot < 0) return chk;
+    const kvc_i64 slot = slots[b];
+    const kvc_i64 r = t2r[b];
+    const kvc_i64 p = positions[b];
+    inf->slot = slot;
+    if (slot < 0) return KVC_CHECK_NONE;
+    inf->r = r;
+    inf->value = r;
+    if (r < 0 || r >= sh->num_reqs) return KVC_CHECK_REQUEST;
+    const kvc_i64 C = sh->compress_ratio;
+    inf->p = p;
+    inf->value = p;
+    if (p < C - 1) return KVC_CHECK_POSITION; /* p - C + 1 < 0, without overflow at INT64_MIN */
     const kvc_i64 bs = sh->block_size;
-    for (kvc_i64 l = inf->first / bs; check_blocks && l <= inf->p / bs; l++) {
-        kvc_i64 g = table[inf->r * sh->block_table_stride + l];
+    const kvc_i64 last = p / bs;
+    inf->value = last;
+    if (last >= sh->blocks_per_req) return KVC_CHECK_LOGICAL_BLOCK;
+    inf->first = kvc_window_first(p, C, sh->overlap != 0);
+    for (kvc_i64 l = inf->first / bs; check_blocks && l <= last; l++) {
+        kvc_i64 g = table[r * sh->block_table_stride + l];
         if (g < 0 || g >= sh->num_blocks) {
             inf->value = g;
             inf->aux = l;
             return KVC_CHECK_PHYSICAL_BLOCK;
         }
     }
-    return kvc_check_row_and_slot(sh, inf);
+    inf->pc = (p / C) * C;
+    inf->value = inf->pc;
+    if (inf->pc >= sh->max_pos) return KVC_CHECK_COS_SIN_ROW;
+    inf->value = inf->slot;
+    if (inf->slot / sh->kv_block_size >= sh->num_pages) return KVC_CHECK_SLOT;
+    return KVC_CHECK_NONE;
 }
 
 #if !defined(__OPENCL_VERSION__)

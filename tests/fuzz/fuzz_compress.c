@@ -134,6 +134,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int overflow = 4 * e_state > i64 || 4 * e_table > i64 || 4 * e_cs > i64 || e_kv > i64;
     const int huge = 4 * e_state > big || 4 * e_table > big || 4 * e_cs > big || e_kv > big;
     const int64_t ps = a.page_stride;
+    /* a block table too big to allocate but within int64: valid, and read by
+     * kvc_validate, so this harness cannot run it */
+    if (4 * e_table > big && 4 * e_table <= i64) return 0;
     size_t n_state = huge ? 1 : a.num_blocks ? (size_t)e_state : 1;
     float *state = malloc(n_state * sizeof(float));
     for (size_t i = 0; i < n_state; i++) state[i] = (i % 97 == 0) ? take_float(&r) : (float)(i % 13) * 0.25f - 1.5f;
