@@ -36,7 +36,17 @@ for args, frag in [((), "usage"), (("frobnicate",), "unknown command"),
                    (("bench", "--repeat"), "needs a value"),
                    (("bench", "--cases", "tokens=abc,C=4"), "expected an integer"),
                    (("bench", "--wat"), "unknown option"),
-                   (("verify", "--random", "-3"), "--random")]:
+                   (("verify", "--random", "-3"), "--random"),
+                   # every number parsed the same way: whole, in range, one line naming the option
+                   (("bench", "--threads", "abc"), "--threads abc"),
+                   (("bench", "--threads", "1025"), "--threads 1025"),
+                   (("bench", "--threads", "-1"), "--threads -1"),
+                   (("bench", "--repeat", "abc"), "--repeat abc"),
+                   (("bench", "--repeat", "3x"), "--repeat 3x"),
+                   (("bench", "--seed", "-5"), "--seed -5"),
+                   (("bench", "--seed", "99999999999999999999"), "--seed"),
+                   (("verify", "--threads", "2.5"), "--threads 2.5"),
+                   (("verify", "--random", "1e3"), "--random 1e3")]:
     rc, out, err = run(*args)
     check(rc == 2 and frag in err and len(err.strip().splitlines()) == 1 or (args == () and rc == 2),
           f"usage error {args!r} -> exit 2 with one line naming it (got {rc}: {err.strip()[:80]})")
@@ -68,6 +78,16 @@ rc, out, err = run("verify", "--backend", "cpu", "--random", "6")
 last = out.strip().splitlines()[-1] if out.strip() else ""
 check(rc == 0 and last.endswith("0 failed") and last.startswith("51 passed"),
       f"verify: 45 golden + 6 random pass ({last})")
+check(out.startswith("kvcompress ") and "verify: backend cpu" in out.splitlines()[0] and "golden data: " in out,
+      "verify names its backend, device and golden data")
+rc, out, err = run("verify", "--backend", "cpu", "--random", "2", "--golden", "/nonexistent/golden")
+check(rc == 1 and "--golden /nonexistent/golden" in err, f"verify --golden of missing data exits 1 ({rc})")
+with tempfile.TemporaryDirectory() as d:
+    rc, out, err = run("verify", "--backend", "cpu", "--random", "0", "--golden", d)
+    check(rc == 1, f"verify that checks nothing exits 1 ({rc})")
+    env = dict(os.environ, KVCOMPRESS_GOLDEN=d)
+    r = subprocess.run([exe, "verify", "--backend", "cpu", "--random", "0"], capture_output=True, text=True, env=env)
+    check(r.returncode == 1 and "nothing" in r.stderr, f"$KVCOMPRESS_GOLDEN without data: nothing checked ({r.returncode})")
 
 print("FAILED" if failures else "passed", f"({failures} failures)")
 sys.exit(1 if failures else 0)

@@ -10,6 +10,7 @@
  * Exit status: 0 success, 1 a check failed, 2 usage error.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -72,9 +73,12 @@ static const char *USAGE_VERIFY =
     "and random cases of many shapes (bytes == the CPU backend's) on a backend.\n"
     "\n"
     "  --backend auto|cpu|cuda|opencl   default auto\n"
-    "  --golden DIR     golden data (default: the source tree's tests/data/golden)\n"
+    "  --golden DIR     golden data (default: $KVCOMPRESS_GOLDEN, else the source\n"
+    "                   tree's tests/data/golden, else <prefix>/share/kvcompress/golden)\n"
     "  --random N       random cases (default 24)\n"
-    "  --threads N      CPU threads\n";
+    "  --threads N      CPU threads\n"
+    "Prints the backend and device first; exits 1 if a case failed, if --golden\n"
+    "names no golden data, or if nothing was checked.\n";
 
 static const char *USAGE_INFO = "usage: kvcompress info\nPrints the library version, backends and devices.\n";
 
@@ -83,6 +87,20 @@ static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\n");
     return 2;
+}
+
+/* Every numeric option: a whole decimal number in [lo, hi], else exit 2 with
+ * one line naming the option. */
+static int parse_num(const char *opt, const char *v, long long lo, long long hi, long long *out) {
+    char *end = NULL;
+    errno = 0;
+    const long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno == ERANGE || x < lo || x > hi) {
+        fprintf(stderr, "kvcompress: %s %s: expected a whole number in [%lld, %lld]\n", opt, v, lo, hi);
+        return 2;
+    }
+    *out = x;
+    return 0;
 }
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -475,12 +493,18 @@ static int cmd_bench(int argc, char **argv) {
                 return usage_error("--layout %s: expected contig, shuffle or both", v);
             o.layout = v;
         } else if (!strcmp(a, "--repeat")) {
-            o.repeat = atoi(v);
-            if (o.repeat < 1) return usage_error("--repeat %s: expected a positive integer", v);
+            long long x;
+            if (parse_num(a, v, 1, 1000000, &x)) return 2;
+            o.repeat = (int)x;
         } else if (!strcmp(a, "--threads")) {
-            o.threads = atoi(v);
-            if (o.threads < 0) return usage_error("--threads %s: expected >= 0", v);
-        } else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
+            long long x;
+            if (parse_num(a, v, 0, 1024, &x)) return 2;
+            o.threads = (int)x;
+        } else if (!strcmp(a, "--seed")) {
+            long long x;
+            if (parse_num(a, v, 0, INT64_MAX, &x)) return 2;
+            o.seed = (uint64_t)x;
+        }
         else if (!strcmp(a, "--json")) o.json = v;
         else if (!strcmp(a, "--format")) {
             if (strcmp(v, "int8") && strcmp(v, "fp8")) return usage_error("--format %s: expected int8 or fp8", v);
@@ -598,10 +622,32 @@ static int cmd_bench(int argc, char **argv) {
     return failures ? 1 : 0;
 }
 
+/* The golden data verify uses without --golden: $KVCOMPRESS_GOLDEN, the
+ * source tree this binary was built from, or the installed copy beside the
+ * binary (<prefix>/share/kvcompress/golden). */
+static const char *find_golden(void) {
+    static char path[8192];
+    const char *env = getenv("KVCOMPRESS_GOLDEN");
+    if (env && *env) return env;
+    snprintf(path, sizeof path, "%s/cases.tsv", KVC_SOURCE_GOLDEN_DIR);
+    if (access(path, R_OK) == 0) return KVC_SOURCE_GOLDEN_DIR;
+    char exe[4096];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return NULL;
+    *slash = 0;
+    snprintf(path, sizeof path, "%s/../share/kvcompress/golden/cases.tsv", exe);
+    if (access(path, R_OK) != 0) return NULL;
+    path[strlen(path) - strlen("/cases.tsv")] = 0;
+    return path;
+}
+
 static int cmd_verify(int argc, char **argv) {
     kvc_backend b = KVC_BACKEND_AUTO;
-    const char *golden = KVC_SOURCE_GOLDEN_DIR;
-    int nrandom = 24, threads = 0;
+    const char *golden = NULL;
+    int nrandom = 24, threads = 0, golden_given = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -615,11 +661,15 @@ static int cmd_verify(int argc, char **argv) {
         const char *v = argv[++i];
         if (!strcmp(a, "--backend")) {
             if (parse_backend(v, &b)) return usage_error("--backend %s: expected auto, cpu, cuda or opencl", v);
-        } else if (!strcmp(a, "--golden")) golden = v;
-        else if (!strcmp(a, "--random")) {
-            nrandom = atoi(v);
-            if (nrandom < 0) return usage_error("--random %s: expected >= 0", v);
-        } else threads = atoi(v);
+        } else if (!strcmp(a, "--golden")) {
+            golden = v;
+            golden_given = 1;
+        } else {
+            long long x;
+            if (parse_num(a, v, 0, !strcmp(a, "--random") ? 100000 : 1024, &x)) return 2;
+            if (!strcmp(a, "--random")) nrandom = (int)x;
+            else threads = (int)x;
+        }
     }
     kvc_backend be = resolve_backend(b);
     if (!kvc_backend_available(be)) {
@@ -627,10 +677,20 @@ static int cmd_verify(int argc, char **argv) {
         return 1;
     }
     int gpu = be != KVC_BACKEND_CPU;
+    printf("kvcompress %s verify: backend %s\n", KVC_VERSION_STRING, backend_name(be));
+    if (be == KVC_BACKEND_CUDA) kvc_bench_cuda_info();
+    else if (be == KVC_BACKEND_OPENCL) kvc_bench_opencl_info();
+    else printf("cpu: %d threads\n", threads ? threads : kvc_cpu_default_threads());
     int passed = 0, failed = 0;
     kvc_golden_case *g = NULL;
-    int ng = kvc_kit_load_index(golden, &g);
-    if (ng < 0) fprintf(stderr, "kvcompress: no golden data at %s: golden cases skipped\n", golden);
+    if (!golden) golden = find_golden();
+    int ng = golden ? kvc_kit_load_index(golden, &g) : -1;
+    if (ng < 0 && golden_given) {
+        fprintf(stderr, "kvcompress: --golden %s: no golden data there (manifest / cases.tsv)\n", golden);
+        return 1;
+    }
+    if (ng < 0) fprintf(stderr, "kvcompress: no golden data found: golden cases skipped (--golden DIR)\n");
+    else printf("golden data: %s\n", golden);
     for (int i = 0; i < ng; i++) {
         char msg[512] = "";
         kvc_case c;
@@ -742,6 +802,10 @@ static int cmd_verify(int argc, char **argv) {
         if (c.state_cache) kvc_case_free(&c);
     }
     printf("%d passed, %d failed\n", passed, failed);
+    if (passed + failed == 0) {
+        fprintf(stderr, "kvcompress: verify checked nothing\n");
+        return 1;
+    }
     return failed ? 1 : 0;
 }
 
