@@ -28,19 +28,9 @@
 static kvc_backend g_backend = KVC_BACKEND_CPU;
 
 static int make(kvc_case *c) {
-    kvc_case_params p;
-    memset(&p, 0, sizeof p);
-    p.num_reqs = 2;
-    p.total_tokens = 512;
-    p.compress_ratio = 64;
-    p.block_size = 8;
-    p.shuffle = 1;
-    p.seed = 77;
-    p.kv_block_size = 2;
-    kvc_status st = kvc_case_generate(&p, 1, c);
-    TU_CHECK(st == KVC_OK, "generate: %s", kvc_last_error_message());
-    if (st == KVC_OK) kvc_kit_poison(c->kv_cache, c->kv_cache_bytes, 5);
-    return st == KVC_OK;
+    const int ok = tu_small_case(c, 77);
+    TU_CHECK(ok, "generate: %s", kvc_last_error_message());
+    return ok;
 }
 
 /* Run `a` on backend b (host tensors; GPU backends through the kit), with the

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kvcompress.h"
+#include "kvcompress_rand.h"
 
 #define TU_SKIP 77 /* CTest SKIP_RETURN_CODE */
 
@@ -84,6 +85,25 @@ static inline kvc_status tu_run(const kvc_args *a, const kvc_exec *e, kvc_report
     if (e->backend == KVC_BACKEND_OPENCL) return kvc_kit_opencl_run(a, rep, NULL);
 #endif
     return kvc_compress(a, e, rep);
+}
+
+/* The small kvc-rand case the validation tests mutate: 2 requests x 256
+ * tokens, C = 64, block size 8, shuffled table, 2 slots per page; kv_cache
+ * poisoned.  @return 1 on success. */
+void kvc_kit_poison(uint8_t *p, size_t n, uint64_t seed);
+static inline int tu_small_case(kvc_case *c, uint64_t seed) {
+    kvc_case_params p;
+    memset(&p, 0, sizeof p);
+    p.num_reqs = 2;
+    p.total_tokens = 512;
+    p.compress_ratio = 64;
+    p.block_size = 8;
+    p.shuffle = 1;
+    p.seed = seed;
+    p.kv_block_size = 2;
+    if (kvc_case_generate(&p, 1, c) != KVC_OK) return 0;
+    kvc_kit_poison(c->kv_cache, c->kv_cache_bytes, seed);
+    return 1;
 }
 
 #endif

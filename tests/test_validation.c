@@ -22,21 +22,11 @@ typedef void (*mutator)(kvc_args *a, kvc_case *c);
 static void expect(const char *what, mutator mut, kvc_status want, const char *fragment) {
     kvc_case *c = &g_case;
     /* restore the case's index tensors */
-    kvc_case_params p;
-    memset(&p, 0, sizeof p);
     kvc_case_free(c);
-    p.num_reqs = 2;
-    p.total_tokens = 512;
-    p.compress_ratio = 64;
-    p.block_size = 8;
-    p.shuffle = 1;
-    p.seed = 21;
-    p.kv_block_size = 2;
-    if (kvc_case_generate(&p, 1, c) != KVC_OK) {
+    if (!tu_small_case(c, 21)) {
         TU_CHECK(0, "generate");
         return;
     }
-    kvc_kit_poison(c->kv_cache, c->kv_cache_bytes, 1);
     free(g_before);
     g_before = tu_dup(c->kv_cache, c->kv_cache_bytes);
     kvc_args a = c->args;
