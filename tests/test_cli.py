@@ -70,6 +70,24 @@ with tempfile.TemporaryDirectory() as d:
               f"{c['name']} {c['layout']}: bytes, time and GB/s consistent")
     check(sum(1 for l in out.splitlines() if l.startswith("r")) == 6, "one table row per case")
 
+rc, out, _ = run("bench", "--help")
+check("%%" not in out, "bench --help prints no literal %%")
+with tempfile.TemporaryDirectory() as d:
+    # default repeats: time-based (>= 10 calls and 0.5 s), every sample and the run's metadata in the JSON
+    js = os.path.join(d, "t.json")
+    rc, out, err = run("bench", "--backend", "cpu", "--cases", "reqs=1,tokens=256,C=128,block=8", "--layout", "contig",
+                       "--json", js)
+    data = json.load(open(js))
+    c = data["cases"][0]
+    check(rc == 0 and all(k in data for k in ("library_version", "git_revision", "timestamp", "command", "backend",
+                                              "device", "cpu_model", "threads", "warmup", "min_calls", "min_seconds")),
+          "json header: version, revision, timestamp, command line, backend, device, cpu, threads, warm-up")
+    check(c["calls"] >= 10 and len(c["samples_us"]) == c["calls"] and sum(c["samples_us"]) >= 0.5e6 * 0.99,
+          f"time-based default: >= 10 calls and 0.5 s, every sample in the JSON ({c['calls']} calls)")
+    check(c["min_us"] <= c["median_us"] <= c["max_us"] and c["floor_us"] > 0 and c["x_floor"] > 0,
+          "min <= median <= max; the CPU floor of the case measured in the same run")
+    check("min_us" in out and "max_us" in out and "floor_us" in out, "the table shows min, max and the floor")
+
 rc, out, err = run("bench", "--backend", "cpu", "--cases", "reqs=1,tokens=64,C=4,block=4,overlap=1,format=fp8",
                    "--layout", "contig", "--repeat", "1", "--cos-sin", "interleaved")
 check(rc == 0 and "ok" in out, "bench on a spec with engine formats")

@@ -15,6 +15,8 @@ extern "C" {
 typedef struct bench_result {
     double median_us, min_us, max_us;
     double floor_us; /* the floor of SPEC 6, timed in the same loop; 0 = not measured */
+    double *samples; /* every timed call (us), malloc'd; the caller frees it */
+    int nsamples, warmup;
     int calls;
     kvc_status status;
     char message[512];
@@ -32,6 +34,8 @@ int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, bench_resul
 double kvc_bench_cuda_read_bw(void);
 /** Print device lines for `info`. */
 void kvc_bench_cuda_info(void);
+/** The current CUDA device's name. */
+void kvc_bench_cuda_device_name(char *out, size_t n);
 /* The same for OpenCL (kvc_kit_opencl.c). */
 int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out);
 double kvc_bench_opencl_read_bw(void);

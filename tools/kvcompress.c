@@ -42,7 +42,7 @@ static const char *USAGE_MAIN =
 static const char *USAGE_BENCH =
     "usage: kvcompress bench [options]\n"
     "Times kvc_compress on kvc-rand cases; checks every output against the CPU\n"
-    "backend's bytes.  One row per case: us (median), GB/s, %% of the measured\n"
+    "backend's bytes.  One row per case: us (median), GB/s, % of the measured\n"
     "read bandwidth, check.\n"
     "\n"
     "  --backend auto|cpu|cuda|opencl   default auto (best available)\n"
@@ -165,30 +165,34 @@ static void *rd_worker(void *arg) {
     return NULL;
 }
 
+/* One read of n words with `threads` threads; returns seconds. */
+static double cpu_read_once(const uint64_t *buf, size_t n, int threads, uint64_t *sink) {
+    rd_job jobs[256];
+    pthread_t tids[256];
+    if (threads < 1) threads = kvc_cpu_default_threads();
+    if (threads > 256) threads = 256;
+    const double t0 = now_s();
+    for (int t = 0; t < threads; t++) {
+        jobs[t].p = buf + n * (size_t)t / (size_t)threads;
+        jobs[t].n = n * (size_t)(t + 1) / (size_t)threads - n * (size_t)t / (size_t)threads;
+        if (t > 0) pthread_create(&tids[t], NULL, rd_worker, &jobs[t]);
+    }
+    rd_worker(&jobs[0]);
+    for (int t = 1; t < threads; t++) pthread_join(tids[t], NULL);
+    const double dt = now_s() - t0;
+    for (int t = 0; t < threads; t++) *sink += jobs[t].sum;
+    return dt;
+}
+
 static double cpu_read_bw(int threads) {
     size_t bytes = (size_t)1 << 30;
     uint64_t *buf = malloc(bytes);
     if (!buf) return -1;
     size_t n = bytes / 8;
     for (size_t i = 0; i < n; i++) buf[i] = i * 0x9E3779B97F4A7C15ull;
-    if (threads < 1) threads = kvc_cpu_default_threads();
-    if (threads > 256) threads = 256;
-    rd_job jobs[256];
-    pthread_t tids[256];
     double times[7];
     uint64_t sink = 0;
-    for (int rep = 0; rep < 7; rep++) {
-        double t0 = now_s();
-        for (int t = 0; t < threads; t++) {
-            jobs[t].p = buf + n * (size_t)t / (size_t)threads;
-            jobs[t].n = n * (size_t)(t + 1) / (size_t)threads - n * (size_t)t / (size_t)threads;
-            if (t > 0) pthread_create(&tids[t], NULL, rd_worker, &jobs[t]);
-        }
-        rd_worker(&jobs[0]);
-        for (int t = 1; t < threads; t++) pthread_join(tids[t], NULL);
-        times[rep] = now_s() - t0;
-        for (int t = 0; t < threads; t++) sink += jobs[t].sum;
-    }
+    for (int rep = 0; rep < 7; rep++) times[rep] = cpu_read_once(buf, n, threads, &sink);
     free(buf);
     qsort(times, 7, sizeof times[0], cmp_double);
     if (sink == 42) fprintf(stderr, " ");
@@ -311,45 +315,65 @@ static double case_bytes(const kvc_args *a) {
     return rows_bytes + (double)a->num_outputs * KVC_SLOT_BYTES;
 }
 
-static int time_cpu(kvc_case *c, int threads, int repeat, bench_result *r) {
+/* Samples of the CPU benchmark: repeat > 0 calls, or (repeat = 0) at least
+ * kCpuMinCalls calls and kCpuMinSeconds of timed calls.  Each call is
+ * followed by the floor: a read of the case's bytes with the same threads
+ * (SPEC 6), whose median goes to r->floor_us. */
+enum { kCpuMinCalls = 10, kCpuMaxCalls = 100000, kWarmup = 1 };
+static const double kCpuMinSeconds = 0.5;
+static uint64_t *g_cpu_floor;
+static size_t g_cpu_floor_words;
+
+static int time_cpu(kvc_case *c, int threads, int repeat, double floor_bytes, bench_result *r) {
     kvc_exec ex;
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CPU;
     ex.num_threads = threads;
-    double *t = malloc(sizeof(double) * (size_t)repeat);
-    kvc_compress(&c->args, &ex, NULL); /* warm-up */
-    for (int i = 0; i < repeat; i++) {
+    const size_t words = (size_t)(floor_bytes / 8);
+    if (words > g_cpu_floor_words) {
+        free(g_cpu_floor);
+        g_cpu_floor = malloc(words * 8);
+        g_cpu_floor_words = g_cpu_floor ? words : 0;
+        for (size_t i = 0; i < g_cpu_floor_words; i++) g_cpu_floor[i] = i * 0x9E3779B97F4A7C15ull;
+    }
+    const int cap = repeat > 0 ? repeat : kCpuMaxCalls;
+    double *t = malloc(sizeof(double) * (size_t)cap), *tf = malloc(sizeof(double) * (size_t)cap);
+    uint64_t sink = 0;
+    for (int i = 0; i < kWarmup; i++) kvc_compress(&c->args, &ex, NULL);
+    double total = 0;
+    int n = 0;
+    while (n < cap && (repeat > 0 || n < kCpuMinCalls || total < kCpuMinSeconds)) {
         double t0 = now_s();
         kvc_status st = kvc_compress(&c->args, &ex, NULL);
-        t[i] = (now_s() - t0) * 1e6;
+        t[n] = (now_s() - t0) * 1e6;
+        total += t[n] * 1e-6;
         if (st != KVC_OK) {
             r->status = st;
             snprintf(r->message, sizeof r->message, "%s", kvc_last_error_message());
             free(t);
+            free(tf);
             return -1;
         }
+        tf[n] = g_cpu_floor_words && words ? cpu_read_once(g_cpu_floor, words, threads, &sink) * 1e6 : 0;
+        n++;
     }
-    qsort(t, (size_t)repeat, sizeof *t, cmp_double);
-    r->median_us = t[repeat / 2];
+    if (sink == 42) fprintf(stderr, " ");
+    r->samples = malloc(sizeof(double) * (size_t)n);
+    memcpy(r->samples, t, sizeof(double) * (size_t)n);
+    r->nsamples = n;
+    r->warmup = kWarmup;
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    qsort(tf, (size_t)n, sizeof *tf, cmp_double);
+    r->median_us = t[n / 2];
     r->min_us = t[0];
-    r->max_us = t[repeat - 1];
-    r->calls = repeat;
+    r->max_us = t[n - 1];
+    r->floor_us = tf[n / 2];
+    r->calls = n;
     r->status = KVC_OK;
     free(t);
+    free(tf);
     return 0;
 }
-
-#ifndef KVC_CLI_WITH_OPENCL
-int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out) {
-    (void)c;
-    (void)repeat;
-    out->status = KVC_ERROR_BACKEND_UNAVAILABLE;
-    snprintf(out->message, sizeof out->message, "the tool was built without OpenCL");
-    return -1;
-}
-double kvc_bench_opencl_read_bw(void) { return -1; }
-void kvc_bench_opencl_info(void) { printf("opencl: not compiled in\n"); }
-#endif
 
 /* Time (or just run, repeat = 1) a case on a device backend. */
 static int device_case(kvc_backend be, kvc_case *c, int repeat, double floor_bytes, bench_result *r) {
@@ -368,6 +392,7 @@ int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, bench_resul
 }
 double kvc_bench_cuda_read_bw(void) { return -1; }
 void kvc_bench_cuda_info(void) { printf("cuda: not compiled in\n"); }
+void kvc_bench_cuda_device_name(char *out, size_t n) { snprintf(out, n, "none"); }
 #endif
 
 /* CPU reference bytes for the case, as golden-format rows. */
@@ -471,6 +496,48 @@ static int need_value(int i, int argc, char **argv) {
     return 0;
 }
 
+#ifndef KVC_GIT_REVISION
+#define KVC_GIT_REVISION "unknown"
+#endif
+static int argc_all;
+static char **argv_all;
+
+/* s as JSON string content (quotes and backslashes escaped), after `sep`. */
+static void json_str(FILE *f, const char *s, const char *sep) {
+    fputs(sep, f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        if ((unsigned char)*s >= 0x20) fputc(*s, f);
+    }
+}
+
+static void cpu_model(char *out, size_t n) {
+    snprintf(out, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (!strncmp(line, "model name", 10) && c) {
+            c += 2;
+            c[strcspn(c, "\n")] = 0;
+            snprintf(out, n, "%s", c);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static void device_name(kvc_backend be, char *out, size_t n) {
+    if (be == KVC_BACKEND_CUDA) kvc_bench_cuda_device_name(out, n);
+    else if (be == KVC_BACKEND_OPENCL) snprintf(out, n, "opencl (kvcompress info lists the devices)");
+    else {
+        char cpu[200];
+        cpu_model(cpu, sizeof cpu);
+        snprintf(out, n, "cpu: %.200s", cpu);
+    }
+}
+
 static int cmd_bench(int argc, char **argv) {
     bench_opts o = {KVC_BACKEND_AUTO, "headline", "both", NULL, 0, 0, 1, {0}, KVC_NUMERICS_EXACT, 0};
     for (int i = 0; i < argc; i++) {
@@ -530,21 +597,25 @@ static int cmd_bench(int argc, char **argv) {
     int n = build_cases(o.cases, o.layout, o.seed, &o.fmt, list, 128);
     if (n < 0) return 2;
     int gpu = be != KVC_BACKEND_CPU;
-    int repeat = o.repeat ? o.repeat : (gpu ? 100 : 5);
+    /* GPU: 100 calls (SPEC 6); CPU: at least 10 calls and 0.5 s per case */
+    int repeat = o.repeat ? o.repeat : (gpu ? 100 : 0);
     if (progress_on()) fprintf(stderr, "measuring read bandwidth...\r");
     double bw = be == KVC_BACKEND_CUDA ? kvc_bench_cuda_read_bw()
                 : be == KVC_BACKEND_OPENCL ? kvc_bench_opencl_read_bw() : cpu_read_bw(o.threads);
     int threads = o.threads ? o.threads : kvc_cpu_default_threads();
-    const int floor_on = be == KVC_BACKEND_CUDA && !o.no_floor;
-    printf("kvcompress %s bench: backend %s, %s, %d calls per case, read bandwidth %.1f GB/s, numerics %s\n",
-           KVC_VERSION_STRING, backend_name(be), gpu ? "device events, L2 flushed" : "wall clock", repeat, bw,
+    const int floor_on = be != KVC_BACKEND_OPENCL && !o.no_floor;
+    char calls[64];
+    if (repeat) snprintf(calls, sizeof calls, "%d calls per case", repeat);
+    else snprintf(calls, sizeof calls, ">= %d calls and %.1f s per case", kCpuMinCalls, kCpuMinSeconds);
+    printf("kvcompress %s bench: backend %s, %s, %s, read bandwidth %.1f GB/s, numerics %s\n", KVC_VERSION_STRING,
+           backend_name(be), gpu ? "device events, L2 flushed" : "wall clock", calls, bw,
            o.numerics == KVC_NUMERICS_FAST ? "fast" : "exact");
     if (bw <= 0) printf("(read bandwidth not measured for this backend: %%read shows 0)\n");
     if (!gpu) printf("cpu threads: %d\n", threads);
-    printf("%-28s %-8s %8s %11s %9s %7s %9s %7s  %s\n", "case", "layout", "outputs", "median_us", "GB/s", "%read",
-           "floor_us", "x_floor", "check");
+    printf("%-28s %-8s %8s %11s %9s %9s %9s %7s %9s %7s  %s\n", "case", "layout", "outputs", "median_us", "min_us",
+           "max_us", "GB/s", "%read", "floor_us", "x_floor", "check");
     double log_x = 0, worst_x = 0;
-    int nx = 0;
+    int nx = 0, noisy = 0;
     FILE *js = NULL;
     if (o.json) {
         js = fopen(o.json, "w");
@@ -552,10 +623,23 @@ static int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "kvcompress: cannot write %s\n", o.json);
             return 1;
         }
-        fprintf(js, "{\n \"version\": \"%s\",\n \"backend\": \"%s\",\n \"read_bw_gbs\": %.3f,\n \"repeat\": %d,\n"
-                    " \"threads\": %d,\n \"numerics\": \"%s\",\n \"cases\": [",
-                KVC_VERSION_STRING, backend_name(be), bw, repeat, gpu ? 0 : threads,
-                o.numerics == KVC_NUMERICS_FAST ? "fast" : "exact");
+        char when[32], cpu[256], dev[256];
+        const time_t now = time(NULL);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+        cpu_model(cpu, sizeof cpu);
+        device_name(be, dev, sizeof dev);
+        fprintf(js, "{\n \"version\": \"%s\",\n \"library_version\": \"%s\",\n \"git_revision\": \"%s\",\n"
+                    " \"timestamp\": \"%s\",\n \"command\": \"",
+                KVC_VERSION_STRING, kvc_version_string(), KVC_GIT_REVISION, when);
+        for (int k = 0; k < argc_all; k++) json_str(js, argv_all[k], k ? " " : "");
+        fprintf(js, "\",\n \"backend\": \"%s\",\n \"device\": \"", backend_name(be));
+        json_str(js, dev, "");
+        fprintf(js, "\",\n \"cpu_model\": \"");
+        json_str(js, cpu, "");
+        fprintf(js, "\",\n \"read_bw_gbs\": %.3f,\n \"repeat\": %d,\n \"min_calls\": %d,\n \"min_seconds\": %.2f,\n"
+                    " \"warmup\": %d,\n \"threads\": %d,\n \"numerics\": \"%s\",\n \"cases\": [",
+                bw, repeat, repeat ? repeat : kCpuMinCalls, repeat ? 0.0 : kCpuMinSeconds, gpu ? 10 : kWarmup,
+                gpu ? 0 : threads, o.numerics == KVC_NUMERICS_FAST ? "fast" : "exact");
     }
     int failures = 0;
     for (int i = 0; i < n; i++) {
@@ -571,7 +655,8 @@ static int cmd_bench(int argc, char **argv) {
         memset(&r, 0, sizeof r);
         c.args.numerics = o.numerics;
         const double bytes = case_bytes(&c.args);
-        int rc = gpu ? device_case(be, &c, repeat, floor_on ? bytes : 0, &r) : time_cpu(&c, o.threads, repeat, &r);
+        int rc = gpu ? device_case(be, &c, repeat, floor_on ? bytes : 0, &r)
+                     : time_cpu(&c, o.threads, repeat, floor_on ? bytes : 0, &r);
         char check[256] = "ok";
         if (rc != 0) {
             snprintf(check, sizeof check, "FAIL %s: %.200s", kvc_status_string(r.status), r.message);
@@ -593,24 +678,30 @@ static int cmd_bench(int argc, char **argv) {
             worst_x = xf > worst_x ? xf : worst_x;
             nx++;
         }
+        /* a spread of more than 1.5x between the fastest and slowest call: say so */
+        const int spread = rc == 0 && r.min_us > 0 && r.max_us > 1.5 * r.min_us;
+        noisy += spread;
         if (progress_on()) fprintf(stderr, "%60s\r", "");
-        printf("%-28s %-8s %8lld %11.1f %9.1f %6.1f%% %9.1f %7.3f  %s\n", list[i].name,
-               list[i].p.shuffle ? "shuffle" : "contig", (long long)c.args.num_outputs, r.median_us, gbs,
-               bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, check);
+        printf("%-28s %-8s %8lld %11.1f %9.1f %9.1f %9.1f %6.1f%% %9.1f %7.3f  %s%s\n", list[i].name,
+               list[i].p.shuffle ? "shuffle" : "contig", (long long)c.args.num_outputs, r.median_us, r.min_us,
+               r.max_us, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, check, spread ? " (spread > 1.5x)" : "");
         fflush(stdout);
         if (js)
             fprintf(js,
                     "%s\n  {\"name\": \"%s\", \"layout\": \"%s\", \"reqs\": %lld, \"tokens\": %lld, \"C\": %lld, "
                     "\"block\": %lld, \"format\": \"%s\", \"overlap\": %d, \"kv_block_size\": %lld, "
                     "\"outputs\": %lld, \"bytes\": %.0f, \"median_us\": %.3f, \"min_us\": %.3f, \"gbs\": %.3f, "
-                    "\"max_us\": %.3f, \"pct_read_bw\": %.2f, \"floor_us\": %.3f, \"x_floor\": %.4f, "
-                    "\"check\": \"%s\"}",
+                    "\"max_us\": %.3f, \"calls\": %d, \"pct_read_bw\": %.2f, \"floor_us\": %.3f, \"x_floor\": %.4f, "
+                    "\"check\": \"%s\", \"samples_us\": [",
                     i ? "," : "", list[i].name, list[i].p.shuffle ? "shuffle" : "contig",
                     (long long)list[i].p.num_reqs, (long long)list[i].p.total_tokens,
                     (long long)list[i].p.compress_ratio, (long long)list[i].p.block_size,
                     list[i].p.nope_format ? "fp8" : "int8", (int)list[i].p.overlap,
                     (long long)c.args.kv_block_size, (long long)c.args.num_outputs, bytes, r.median_us, r.min_us, gbs,
-                    r.max_us, bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, ok ? "ok" : "fail");
+                    r.max_us, r.calls, bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, ok ? "ok" : "fail");
+        for (int k = 0; js && k < r.nsamples; k++) fprintf(js, "%s%.3f", k ? ", " : "", r.samples[k]);
+        if (js) fprintf(js, "]}");
+        free(r.samples);
         kvc_case_free(&c);
     }
     if (js) {
@@ -618,6 +709,10 @@ static int cmd_bench(int argc, char **argv) {
         fclose(js);
     }
     if (nx) printf("x_floor: geomean %.3f, worst %.3f over %d cases\n", exp(log_x / nx), worst_x, nx);
+    if (noisy)
+        printf("warning: %d case(s) with a spread of more than 1.5x between the fastest and slowest call: the machine was "
+               "busy or its clocks moved; take the figures with care or run again\n",
+               noisy);
     printf("%d cases, %d failed\n", n, failures);
     return failures ? 1 : 0;
 }
@@ -810,6 +905,8 @@ static int cmd_verify(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    argc_all = argc;
+    argv_all = argv;
     if (argc < 2) {
         fputs(USAGE_MAIN, stderr);
         return 2;

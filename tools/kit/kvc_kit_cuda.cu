@@ -236,6 +236,10 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
     out->max_us = t.empty() ? 0 : *std::max_element(t.begin(), t.end());
     out->floor_us = median(tf);
     out->calls = (int)t.size();
+    out->nsamples = (int)t.size();
+    out->warmup = 10;
+    out->samples = (double *)malloc(sizeof(double) * (t.size() ? t.size() : 1));
+    if (out->samples) std::copy(t.begin(), t.end(), out->samples);
 done:
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
@@ -288,6 +292,16 @@ extern "C" double kvc_bench_cuda_read_bw(void) {
 fail:
     fprintf(stderr, "read bandwidth: %s\n", g_err);
     return -1;
+}
+
+extern "C" void kvc_bench_cuda_device_name(char *out, size_t n) {
+    int dev = 0;
+    cudaDeviceProp p;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        snprintf(out, n, "none");
+        return;
+    }
+    snprintf(out, n, "%s (device %d, sm_%d%d)", p.name, dev, p.major, p.minor);
 }
 
 extern "C" void kvc_bench_cuda_info(void) {
