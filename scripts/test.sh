@@ -8,11 +8,23 @@ export KVC_WANT_SANITIZERS=${KVC_WANT_SANITIZERS:-1}
 # at least the core build dependencies.
 KVC_WANT_OPENCL=${KVC_WANT_OPENCL:-1} scripts/setup-deps.sh ||
   KVC_WANT_OPENCL=0 KVC_WANT_SANITIZERS=0 scripts/setup-deps.sh
-# Python test dependencies (the package itself is tested from the source tree)
-python3 -c "import numpy, pytest, ml_dtypes" 2>/dev/null ||
-  python3 -m pip install -q numpy pytest ml_dtypes ||
-  echo "warning: could not pip install numpy pytest ml_dtypes: the Python tests will not run" >&2
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+# Python test dependencies (the package itself is tested from the source tree):
+# the system python3 if it has them, else a virtual environment of our own
+# (build/venv), never the system interpreter's site-packages; a failure here
+# stops the run instead of dropping the Python tests.
+PY=python3
+if ! python3 -c "import numpy, pytest, ml_dtypes" 2>/dev/null; then
+  echo "-- Python test dependencies: virtual environment build/venv (numpy, pytest, ml_dtypes)"
+  if [ ! -x build/venv/bin/python ]; then
+    python3 -m venv build/venv ||
+      { echo "error: python3 -m venv failed (Debian: apt-get install python3-venv)" >&2; exit 1; }
+  fi
+  build/venv/bin/python -c "import numpy, pytest, ml_dtypes" 2>/dev/null ||
+    build/venv/bin/python -m pip install -q numpy pytest ml_dtypes ||
+    { echo "error: pip install numpy pytest ml_dtypes into build/venv failed" >&2; exit 1; }
+  PY=$PWD/build/venv/bin/python
+fi
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$(command -v "$PY")" -DKVC_REQUIRE_PYTHON_TESTS=ON
 cmake --build build -j "$(nproc)"
 ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"
 

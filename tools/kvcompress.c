@@ -375,6 +375,18 @@ static int time_cpu(kvc_case *c, int threads, int repeat, double floor_bytes, be
     return 0;
 }
 
+#ifndef KVC_CLI_WITH_OPENCL
+int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out) {
+    (void)c;
+    (void)repeat;
+    out->status = KVC_ERROR_BACKEND_UNAVAILABLE;
+    snprintf(out->message, sizeof out->message, "the tool was built without OpenCL");
+    return -1;
+}
+double kvc_bench_opencl_read_bw(void) { return -1; }
+void kvc_bench_opencl_info(void) { printf("opencl: not compiled in\n"); }
+#endif
+
 /* Time (or just run, repeat = 1) a case on a device backend. */
 static int device_case(kvc_backend be, kvc_case *c, int repeat, double floor_bytes, bench_result *r) {
     return be == KVC_BACKEND_OPENCL ? kvc_bench_opencl_case(c, repeat, r)
