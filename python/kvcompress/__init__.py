@@ -16,7 +16,10 @@ tensors are used as they are when contiguous and copied otherwise.
 
 Errors: wrong dtypes, devices or shapes, and every index check the library
 makes on the host, raise :class:`KVCError` (a ``ValueError``) with the
-library's message.  On the GPU, index VALUES are checked by the kernel: a bad
+library's message; so does anything the C API cannot express faithfully (zero
+or negative strides, read-only or non-native-byte-order arrays, integers that
+do not fit, non-integer sizes, unknown backends).  Device, driver and memory
+failures raise :class:`KVCDeviceError` (a ``RuntimeError``).  On the GPU, index VALUES are checked by the kernel: a bad
 output is skipped and recorded; call :func:`check_device_status` (it
 synchronizes the stream) to raise the first such error.
 """
@@ -24,8 +27,8 @@ import ctypes
 
 from . import _lib
 
-__all__ = ["c128_256_512_compress", "compress", "check_device_status", "KVCError", "backend_available",
-           "__version__"]
+__all__ = ["c128_256_512_compress", "compress", "check_device_status", "KVCError", "KVCDeviceError",
+           "backend_available", "__version__"]
 
 _L = _lib.load()
 __version__ = _L.kvc_version_string().decode()
@@ -39,8 +42,59 @@ class KVCError(ValueError):
         self.status = status
 
 
+class KVCDeviceError(RuntimeError):
+    """A device, driver or allocation failure (KVC_ERROR_DEVICE, _OUT_OF_MEMORY,
+    _BACKEND_UNAVAILABLE, _GENERIC): not the caller's arguments."""
+
+    def __init__(self, status, message):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+_RUNTIME_STATUSES = ("KVC_ERROR_GENERIC", "KVC_ERROR_BACKEND_UNAVAILABLE", "KVC_ERROR_OUT_OF_MEMORY",
+                     "KVC_ERROR_DEVICE")
+
+
+def _raise_status(status):
+    name = _L.kvc_status_string(status).decode()
+    cls = KVCDeviceError if name in _RUNTIME_STATUSES else KVCError
+    raise cls(name, _L.kvc_last_error_message().decode())
+
+
+_PY_BACKENDS = ("cpu", "cuda")  # OpenCL needs a cl_command_queue, which Python cannot pass
+
+
+def _backend(name):
+    if name not in _PY_BACKENDS:
+        raise KVCError("KVC_ERROR_BAD_PARAMETER",
+                       f"backend {name!r}: expected None, 'cpu' or 'cuda'"
+                       + (" (OpenCL needs a command queue: use the C API)" if name == "opencl" else ""))
+    return _lib.BACKENDS[name]
+
+
 def backend_available(name):
-    return bool(_L.kvc_backend_available(_lib.BACKENDS[name]))
+    return bool(_L.kvc_backend_available(_backend(name)))
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _int(name, v, lo=_INT64[0], hi=_INT64[1]):
+    """An integer argument exactly: no floats, strings or bools, and it must fit."""
+    import numbers
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise KVCError("KVC_ERROR_BAD_PARAMETER", f"{name} = {v!r}: expected an integer")
+    v = int(v)
+    if not lo <= v <= hi:
+        raise KVCError("KVC_ERROR_BAD_PARAMETER", f"{name} = {v} does not fit [{lo}, {hi}]")
+    return v
+
+
+def _float(name, v):
+    import numbers
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise KVCError("KVC_ERROR_BAD_PARAMETER", f"{name} = {v!r}: expected a real number")
+    return float(v)
 
 
 def _is_torch(x):
@@ -50,7 +104,7 @@ def _is_torch(x):
 class _View:
     """Pointer, shape and element strides of a torch tensor or numpy array."""
 
-    def __init__(self, name, x, dtypes, ndim):
+    def __init__(self, name, x, dtypes, ndim, writable=False):
         self.name = name
         self.obj = x
         if _is_torch(x):
@@ -62,11 +116,22 @@ class _View:
             self.ptr = x.data_ptr()
         else:
             import numpy as np
+            if writable and not isinstance(x, np.ndarray):
+                raise KVCError("KVC_ERROR_BAD_PARAMETER", f"{name}: {type(x).__name__}, expected a numpy array "
+                                                          "or torch tensor (it is written in place)")
             x = np.asarray(x)
             self.obj = x
             dt = x.dtype.name
             if dt == "bfloat16" or (dt == "void16"):
                 dt = "bfloat16"
+            if not x.dtype.isnative:
+                raise KVCError("KVC_ERROR_BAD_PARAMETER", f"{name}: byte order {x.dtype.str!r} is not this "
+                                                          "machine's (use .astype(the native dtype))")
+            if writable and not x.flags.writeable:
+                raise KVCError("KVC_ERROR_BAD_PARAMETER", f"{name} is read-only; the call writes it in place")
+            if any(s % x.itemsize for s in x.strides):
+                raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: byte strides {x.strides} are not multiples of "
+                                                      f"the element size {x.itemsize}")
             self.device, self.device_index = "cpu", -1
             self.shape = x.shape
             self.strides = tuple(s // x.itemsize for s in x.strides)
@@ -75,18 +140,29 @@ class _View:
             raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: dtype {dt}, expected {' or '.join(dtypes)}")
         if len(self.shape) != ndim:
             raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: {len(self.shape)} dimensions, expected {ndim}")
+        # the C API reads a stride of 0 as "contiguous": a broadcast (0) or
+        # reversed (< 0) dimension cannot be passed through faithfully
+        for d, (n, st) in enumerate(zip(self.shape, self.strides)):
+            if n > 1 and st <= 0:
+                raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: stride {st} in dimension {d} (a broadcast or "
+                                                      "reversed view); pass a copy (.copy() / .contiguous())")
         if ndim > 1 and self.shape[-1] > 1 and self.strides[-1] != 1:
             raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: the last dimension must be contiguous "
                                                   f"(stride {self.strides[-1]})")
 
 
 def _index_1d(name, x, dtypes):
-    """1-D index tensors must be contiguous for the C API: copy when they are not."""
-    v = _View(name, x, dtypes, 1)
-    if v.shape[0] > 1 and v.strides[0] != 1:
-        x = x.contiguous() if _is_torch(x) else __import__("numpy").ascontiguousarray(x)
-        v = _View(name, x, dtypes, 1)
-    return v
+    """1-D index tensors must be contiguous for the C API: copy when they are not
+    (broadcast and reversed views included: the copy holds the values they show)."""
+    if _is_torch(x):
+        if x.dim() == 1 and x.numel() > 1 and x.stride(0) != 1:
+            x = x.contiguous()
+    else:
+        import numpy as np
+        a = np.asarray(x)
+        if a.ndim == 1 and a.size > 1 and a.strides[0] != a.itemsize:
+            x = np.ascontiguousarray(a)
+    return _View(name, x, dtypes, 1)
 
 
 def compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
@@ -105,7 +181,7 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
     w = _View("rms_norm_weight", rms_norm_weight, ("bfloat16", "uint16", "int16"), 1)
     cs = _View("cos_sin_cache", cos_sin_cache, ("float32",), 2)
     slots = _index_1d("kv_slot_mapping", kv_slot_mapping, ("int64",))
-    kv = _View("kv_cache", kv_cache, ("uint8",), 2)
+    kv = _View("kv_cache", kv_cache, ("uint8",), 2, writable=True)
     views = (st, t2r, pos, bidx, bt, w, cs, slots, kv)
     devices = {(v.device, v.device_index) for v in views}
     if len(devices) != 1:
@@ -115,6 +191,12 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
     device, device_index = devices.pop()
     if backend is None:
         backend = "cuda" if device == "cuda" else "cpu"
+    backend_id = _backend(backend)
+    block_size = _int("block_size", block_size)
+    compress_ratio = _int("compress_ratio", compress_ratio)
+    kv_block_size = _int("kv_block_size", kv_block_size)
+    num_threads = _int("num_threads", num_threads, -(1 << 31), (1 << 31) - 1)
+    rms_norm_eps = _float("rms_norm_eps", rms_norm_eps)
     if (backend == "cuda") != (device == "cuda"):
         raise KVCError("KVC_ERROR_BAD_PARAMETER", f"backend {backend} with tensors on {device}")
     if w.shape[0] != 512:
@@ -137,7 +219,9 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
     if st.shape[1] != int(block_size):
         raise KVCError("KVC_ERROR_BAD_SHAPE", f"state_cache: {st.shape[1]} tokens per block, block_size is "
                                               f"{block_size}")
-    a.state_stride_block, a.state_stride_token = st.strides[0] or 1, st.strides[1] or 1
+    # a dimension of one element may report any stride: give the C API the contiguous one
+    a.state_stride_token = st.strides[1] if st.shape[1] > 1 else st.shape[2]
+    a.state_stride_block = st.strides[0] if st.shape[0] > 1 else st.shape[1] * a.state_stride_token
     a.token_to_req, a.positions, a.kv_slot_mapping, a.num_tokens = t2r.ptr, pos.ptr, slots.ptr, n_tok
     a.boundary_token_indices, a.num_outputs = bidx.ptr, bidx.shape[0]
     a.block_table, a.num_reqs, a.blocks_per_req = bt.ptr, bt.shape[0], bt.shape[1]
@@ -155,8 +239,8 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
 
     e = _lib.Exec()
     _L.kvc_exec_init(ctypes.byref(e))
-    e.backend = _lib.BACKENDS[backend]
-    e.num_threads = int(num_threads)
+    e.backend = backend_id
+    e.num_threads = num_threads
     if backend == "cuda":
         import torch
         e.device = device_index
@@ -164,7 +248,7 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
     rep = _lib.Report()
     status = _L.kvc_compress(ctypes.byref(a), ctypes.byref(e), ctypes.byref(rep))
     if status != 0:
-        raise KVCError(_L.kvc_status_string(status).decode(), _L.kvc_last_error_message().decode())
+        _raise_status(status)
     report = {"outputs_written": rep.outputs_written, "outputs_padding": rep.outputs_padding,
               "outputs_nonfinite": rep.outputs_nonfinite}
     return kv_cache, report
@@ -211,8 +295,9 @@ def c128_256_512_compress(state_cache, token_to_req, positions, boundary_token_i
                                                            boundary_token_indices, block_table, rms_norm_weight,
                                                            cos_sin_cache, kv_slot_mapping)):
         _torch_op()(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
-                    cos_sin_cache, kv_slot_mapping, kv_cache, int(block_size), int(compress_ratio),
-                    float(rms_norm_eps), nope_format, bool(overlap), cos_sin_layout, int(kv_block_size))
+                    cos_sin_cache, kv_slot_mapping, kv_cache, _int("block_size", block_size),
+                    _int("compress_ratio", compress_ratio), _float("rms_norm_eps", rms_norm_eps), nope_format,
+                    bool(overlap), cos_sin_layout, _int("kv_block_size", kv_block_size))
         return kv_cache
     out, _ = compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
                       cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,
@@ -224,7 +309,11 @@ def c128_256_512_compress(state_cache, token_to_req, positions, boundary_token_i
 def check_device_status(device=None):
     """Synchronize torch's current stream on `device` and raise KVCError for the
     first device-side index error of the last call there; return the counts."""
-    import torch
+    try:
+        import torch
+    except ImportError as e:
+        raise KVCDeviceError("KVC_ERROR_BACKEND_UNAVAILABLE", "check_device_status needs torch (CUDA tensors): "
+                                                              "pip install torch") from e
     idx = torch.cuda.current_device() if device is None else torch.device(device).index
     e = _lib.Exec()
     _L.kvc_exec_init(ctypes.byref(e))
@@ -234,7 +323,7 @@ def check_device_status(device=None):
     s = _lib.DeviceStatus()
     st = _L.kvc_cuda_read_status(ctypes.byref(e), ctypes.byref(s))
     if st != 0:
-        raise KVCError(_L.kvc_status_string(st).decode(), _L.kvc_last_error_message().decode())
+        _raise_status(st)
     if s.status != 0:
         raise KVCError(_L.kvc_status_string(s.status).decode(),
                        f"device check '{_L.kvc_check_string(s.check).decode()}' failed for output {s.output}: "

@@ -5,10 +5,19 @@ and the reference the GPU tests check conformance (SPEC 4) against."""
 import numpy as np
 
 
+def _torch():
+    """torch, or an ImportError that says what is missing (this module is torch code)."""
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError("kvcompress.reference is written in PyTorch: pip install torch") from e
+    return torch
+
+
 def reference_y(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
                 block_size, compress_ratio, rms_norm_eps=1e-6):
     """y = RMSNorm(softmax-weighted window sum) * weight, [outputs, 512] float32 (plain windows)."""
-    import torch
+    torch = _torch()
     C = compress_ratio
     b = boundary_token_indices
     r = token_to_req[b].long()
@@ -26,7 +35,7 @@ def reference_y(state_cache, token_to_req, positions, boundary_token_indices, bl
 def reference_compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
                        rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio,
                        rms_norm_eps=1e-6, kv_block_size=64):
-    import torch
+    torch = _torch()
     C = compress_ratio
     dev = state_cache.device
     b = boundary_token_indices
