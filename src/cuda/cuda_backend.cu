@@ -324,14 +324,28 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
                         KVC_CUDA_MAX_STREAMS);
     }
     if (ws->bytes < need) {
-        if (ws->buf) cudaFree(ws->buf);
-        ws->buf = NULL;
-        ws->bytes = 0;
-        size_t grow = need + need / 4;
-        if ((err = cudaMalloc(&ws->buf, grow)) != cudaSuccess) {
+        /* A workspace only grows, and the old buffer is kept: a CUDA graph
+         * captured earlier may still use it.  Doubling bounds the total at
+         * twice the largest.  During a stream capture (a stream's first call
+         * may be inside one, e.g. torch.cuda.graph's own stream) the
+         * allocation is made in relaxed capture mode: it is not captured. */
+        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
+            cudaGetLastError();
+            cap = cudaStreamCaptureStatusActive;
+        }
+        cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        if (cap != cudaStreamCaptureStatusNone) cudaThreadExchangeStreamCaptureMode(&mode);
+        size_t grow = ws->bytes * 2 > need ? ws->bytes * 2 : need;
+        void *nb = NULL;
+        err = cudaMalloc(&nb, grow);
+        if (cap != cudaStreamCaptureStatusNone) cudaThreadExchangeStreamCaptureMode(&mode);
+        if (err != cudaSuccess) {
+            cudaGetLastError();
             pthread_mutex_unlock(&g_ws_lock);
             return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CUDA workspace of %zu bytes: %s", grow, cudaGetErrorString(err));
         }
+        ws->buf = nb;
         ws->bytes = grow;
     }
     char *buf = (char *)ws->buf;
