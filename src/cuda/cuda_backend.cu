@@ -388,18 +388,14 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
      * only that body (1/8 of the code; v14: 2-6% faster) */
     const int kf = KVC_CUDA_SPECIALIZE && P.fast && full ? (int)(ch / L) : 0;
 #if KVC_CUDA_DPT != 2
-    if (dpt == 1) {
-        const unsigned th = (unsigned)(kvc_cuda_d1::kDG * L);
-        if (fastnum) launch_main_kvc_cuda_d1f(P, (unsigned)blocks, th, smem, stream, kf);
-        else launch_main_kvc_cuda_d1(P, (unsigned)blocks, th, smem, stream, kf);
-    }
+    if (dpt == 1)
+        (fastnum ? launch_main_kvc_cuda_d1f : launch_main_kvc_cuda_d1)(P, (unsigned)blocks, (unsigned)(kvc_cuda_d1::kDG * L),
+                                                                     smem, stream, kf);
 #endif
 #if KVC_CUDA_DPT != 1
-    if (dpt == 2) {
-        const unsigned th = (unsigned)(kvc_cuda_d2::kDG * L);
-        if (fastnum) launch_main_kvc_cuda_d2f(P, (unsigned)blocks, th, smem, stream, kf);
-        else launch_main_kvc_cuda_d2(P, (unsigned)blocks, th, smem, stream, kf);
-    }
+    if (dpt == 2)
+        (fastnum ? launch_main_kvc_cuda_d2f : launch_main_kvc_cuda_d2)(P, (unsigned)blocks, (unsigned)(kvc_cuda_d2::kDG * L),
+                                                                     smem, stream, kf);
 #endif
     if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
     return KVC_OK;
