@@ -245,7 +245,9 @@ typedef struct kvc_exec {
                             >= 40 bytes); NULL = the library's own word      */
 } kvc_exec;
 
-/** kvc_exec_init() -- AUTO backend, all threads, default stream, device -1. */
+/** kvc_exec_init() -- AUTO backend, all threads, default stream, device -1.
+ * num_threads must be in [0, 1024] (else KVC_ERROR_BAD_PARAMETER); a CUDA
+ * backend without a device or driver is KVC_ERROR_BACKEND_UNAVAILABLE. */
 KVC_API void kvc_exec_init(kvc_exec *exec);
 
 /** What one call did. */
