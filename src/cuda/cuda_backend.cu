@@ -255,15 +255,56 @@ static long long pow2_floor(long long x) {
     return p;
 }
 
+/* The device of CUDA device (or managed) memory p; -1 for any other pointer. */
+static int device_of(const void *p) {
+    cudaPointerAttributes at;
+    if (!p || cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged ? at.device : -1;
+}
+
+static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *rep, int dev);
+
+/* The call runs on exec->device, or (-1) on the device that holds the
+ * tensors; every tensor in device memory must be on that device.  The
+ * calling thread's current device is restored afterwards. */
 extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
-    int dev = e->device;
+    int prev = 0, dev = e->device;
     cudaError_t err;
-    if (dev < 0) {
-        if ((err = cudaGetDevice(&dev)) != cudaSuccess) return cuda_fail(err, "cudaGetDevice");
-    } else if ((err = cudaSetDevice(dev)) != cudaSuccess) {
-        return cuda_fail(err, "cudaSetDevice(exec->device)");
+    if ((err = cudaGetDevice(&prev)) != cudaSuccess) return cuda_fail(err, "cudaGetDevice");
+    const struct {
+        const void *p;
+        const char *name;
+    } t[9] = {{a->state_cache, "state_cache"},       {a->token_to_req, "token_to_req"},
+              {a->positions, "positions"},           {a->kv_slot_mapping, "kv_slot_mapping"},
+              {a->boundary_token_indices, "boundary_token_indices"},
+              {a->block_table, "block_table"},       {a->rms_norm_weight, "rms_norm_weight"},
+              {a->cos_sin_cache, "cos_sin_cache"},   {a->kv_cache, "kv_cache"}};
+    int where[9], first = -1;
+    for (int i = 0; i < 9; i++) {
+        where[i] = a->num_outputs > 0 ? device_of(t[i].p) : -1;
+        if (first < 0 && where[i] >= 0) first = i;
+    }
+    if (dev < 0) dev = first >= 0 ? where[first] : prev;
+    for (int i = 0; i < 9; i++) {
+        if (where[i] < 0 || where[i] == dev) continue;
+        if (e->device >= 0)
+            return kvc_fail(KVC_ERROR_BAD_PARAMETER, "%s is memory of CUDA device %d, exec->device = %d", t[i].name,
+                            where[i], dev);
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "%s is memory of CUDA device %d, %s of device %d: one device per call",
+                        t[i].name, where[i], t[first].name, dev);
     }
     if (dev >= 64) return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "CUDA device %d >= 64", dev);
+    if (dev != prev && (err = cudaSetDevice(dev)) != cudaSuccess) return cuda_fail(err, "cudaSetDevice(exec->device)");
+    const kvc_status st = compress_on(a, e, rep, dev);
+    if (dev != prev) cudaSetDevice(prev);
+    return st;
+}
+
+static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *rep, int dev) {
+    cudaError_t err;
     cudaStream_t stream = (cudaStream_t)e->stream;
     const int fastnum = a->numerics == KVC_NUMERICS_FAST; /* every kernel here has a FAST form */
     if (rep) {
