@@ -239,7 +239,10 @@ typedef struct kvc_exec {
                             OpenCL: cl_command_queue (required); then every
                             tensor pointer of kvc_args holds a cl_mem (cast),
                             the tensor at offset 0 of that buffer            */
-    int device;          /* CUDA device ordinal, -1 = the current device     */
+    int device;          /* CUDA device ordinal; -1 = the device that holds
+                            the tensors (the current one for host pointers).
+                            Tensors on another device are refused; the
+                            caller's current device is left as it was       */
     kvc_device_status *device_status; /* GPU: optional caller-owned device
                             memory for the status word (OpenCL: a cl_mem of
                             >= 40 bytes); NULL = the library's own word      */
