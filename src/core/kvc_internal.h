@@ -33,6 +33,12 @@ KVC_HIDDEN kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *out);
  * Check every index value (host memory) of resolved args, including that no
  * two outputs share a slot.  Counts padding outputs into *padding if not NULL.
  */
+/* The nine tensors of kvc_args, in its order (kv_cache last): their names
+ * for messages, and their pointers. */
+#define KVC_TENSORS 9
+KVC_HIDDEN extern const char *const kvc_tensor_names[KVC_TENSORS];
+KVC_HIDDEN void kvc_tensor_ptrs(const kvc_args *a, const void *ptrs[KVC_TENSORS]);
+
 /* kv_cache's written bytes overlapping an input's span -> KVC_ERROR_ALIASING.
  * handles != 0 (OpenCL: the pointers are cl_mem): the same handle only. */
 KVC_HIDDEN kvc_status kvc_check_aliasing(const kvc_args *a, int handles);

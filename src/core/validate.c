@@ -32,10 +32,26 @@ static int64_t cadd(int64_t a, int64_t b, int *ok) {
     return a + b;
 }
 
+const char *const kvc_tensor_names[KVC_TENSORS] = {
+    "state_cache", "token_to_req", "positions",     "kv_slot_mapping", "boundary_token_indices",
+    "block_table", "rms_norm_weight", "cos_sin_cache", "kv_cache"};
+
+void kvc_tensor_ptrs(const kvc_args *a, const void *ptrs[KVC_TENSORS]) {
+    ptrs[0] = a->state_cache;
+    ptrs[1] = a->token_to_req;
+    ptrs[2] = a->positions;
+    ptrs[3] = a->kv_slot_mapping;
+    ptrs[4] = a->boundary_token_indices;
+    ptrs[5] = a->block_table;
+    ptrs[6] = a->rms_norm_weight;
+    ptrs[7] = a->cos_sin_cache;
+    ptrs[8] = a->kv_cache;
+}
+
 /* The byte spans [ptr, ptr + bytes) the call may touch, one per tensor, in
- * kvc_args order; index 8 is kv_cache (written).  For kv_cache only each
- * page's first 584 * kv_block_size bytes are touched (used[]). */
-enum { SPAN_COUNT = 9, SPAN_KV = 8 };
+ * kvc_args order; the last is kv_cache (written; of each page only the first
+ * 584 * kv_block_size bytes). */
+enum { SPAN_COUNT = KVC_TENSORS, SPAN_KV = KVC_TENSORS - 1 };
 typedef struct {
     const char *name;
     const void *ptr;
@@ -57,20 +73,18 @@ static kvc_status tensor_spans(const kvc_args *a, span sp[SPAN_COUNT]) {
     const int64_t kv_bytes =
         a->num_pages == 0 ? 0
                           : cadd(cmul(a->num_pages - 1, a->page_stride, &ok), a->kv_block_size * KVC_SLOT_BYTES, &ok);
-    const span all[SPAN_COUNT] = {
-        {"state_cache", a->state_cache, cmul(st_elems, 4, &ok)},
-        {"token_to_req", a->token_to_req, cmul(a->num_tokens, 4, &ok)},
-        {"positions", a->positions, cmul(a->num_tokens, 8, &ok)},
-        {"kv_slot_mapping", a->kv_slot_mapping, cmul(a->num_tokens, 8, &ok)},
-        {"boundary_token_indices", a->boundary_token_indices, cmul(a->num_outputs, 8, &ok)},
-        {"block_table", a->block_table, cmul(bt_elems, 4, &ok)},
-        {"rms_norm_weight", a->rms_norm_weight, 1024},
-        {"cos_sin_cache", a->cos_sin_cache, cmul(cs_elems, 4, &ok)},
-        {"kv_cache", a->kv_cache, kv_bytes},
-    };
+    const int64_t bytes[SPAN_COUNT] = {cmul(st_elems, 4, &ok),      cmul(a->num_tokens, 4, &ok),
+                                       cmul(a->num_tokens, 8, &ok),  cmul(a->num_tokens, 8, &ok),
+                                       cmul(a->num_outputs, 8, &ok), cmul(bt_elems, 4, &ok),
+                                       1024,                         cmul(cs_elems, 4, &ok),
+                                       kv_bytes};
     if (!ok) return kvc_fail(KVC_ERROR_BAD_SHAPE, "a tensor's sizes and strides span more than 2^63 bytes");
+    const void *ptrs[KVC_TENSORS];
+    kvc_tensor_ptrs(a, ptrs);
     for (int i = 0; i < SPAN_COUNT; i++) {
-        sp[i] = all[i];
+        sp[i].name = kvc_tensor_names[i];
+        sp[i].ptr = ptrs[i];
+        sp[i].bytes = bytes[i];
         if (sp[i].ptr && (uintptr_t)sp[i].ptr > UINTPTR_MAX - (uint64_t)sp[i].bytes)
             return kvc_fail(KVC_ERROR_BAD_SHAPE, "%s at %p spans " I64 " bytes: past the end of the address space",
                             sp[i].name, sp[i].ptr, LL(sp[i].bytes));
@@ -184,19 +198,10 @@ kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *a) {
     /* the largest byte offset of every tensor fits (and, for host pointers, the address space) */
     span sp[SPAN_COUNT];
     if ((st = tensor_spans(a, sp)) != KVC_OK) return st;
-    if (a->num_outputs > 0) {
-        const struct { const void *p; const char *name; } ptrs[] = {
-            {a->state_cache, "state_cache"},       {a->token_to_req, "token_to_req"},
-            {a->positions, "positions"},           {a->kv_slot_mapping, "kv_slot_mapping"},
-            {a->boundary_token_indices, "boundary_token_indices"},
-            {a->block_table, "block_table"},       {a->rms_norm_weight, "rms_norm_weight"},
-            {a->cos_sin_cache, "cos_sin_cache"},   {a->kv_cache, "kv_cache"},
-        };
-        for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
-            if (!ptrs[i].p)
-                return kvc_fail(KVC_ERROR_NULL_POINTER, "%s = NULL with num_outputs = " I64, ptrs[i].name,
-                                LL(a->num_outputs));
-    }
+    for (int i = 0; a->num_outputs > 0 && i < SPAN_COUNT; i++)
+        if (!sp[i].ptr)
+            return kvc_fail(KVC_ERROR_NULL_POINTER, "%s = NULL with num_outputs = " I64, sp[i].name,
+                            LL(a->num_outputs));
     return KVC_OK;
 }
 

@@ -274,27 +274,21 @@ extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kv
     int prev = 0, dev = e->device;
     cudaError_t err;
     if ((err = cudaGetDevice(&prev)) != cudaSuccess) return cuda_fail(err, "cudaGetDevice");
-    const struct {
-        const void *p;
-        const char *name;
-    } t[9] = {{a->state_cache, "state_cache"},       {a->token_to_req, "token_to_req"},
-              {a->positions, "positions"},           {a->kv_slot_mapping, "kv_slot_mapping"},
-              {a->boundary_token_indices, "boundary_token_indices"},
-              {a->block_table, "block_table"},       {a->rms_norm_weight, "rms_norm_weight"},
-              {a->cos_sin_cache, "cos_sin_cache"},   {a->kv_cache, "kv_cache"}};
-    int where[9], first = -1;
-    for (int i = 0; i < 9; i++) {
-        where[i] = a->num_outputs > 0 ? device_of(t[i].p) : -1;
+    const void *ptrs[KVC_TENSORS];
+    kvc_tensor_ptrs(a, ptrs);
+    int where[KVC_TENSORS], first = -1;
+    for (int i = 0; i < KVC_TENSORS; i++) {
+        where[i] = a->num_outputs > 0 ? device_of(ptrs[i]) : -1;
         if (first < 0 && where[i] >= 0) first = i;
     }
     if (dev < 0) dev = first >= 0 ? where[first] : prev;
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < KVC_TENSORS; i++) {
         if (where[i] < 0 || where[i] == dev) continue;
         if (e->device >= 0)
-            return kvc_fail(KVC_ERROR_BAD_PARAMETER, "%s is memory of CUDA device %d, exec->device = %d", t[i].name,
-                            where[i], dev);
+            return kvc_fail(KVC_ERROR_BAD_PARAMETER, "%s is memory of CUDA device %d, exec->device = %d",
+                            kvc_tensor_names[i], where[i], dev);
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "%s is memory of CUDA device %d, %s of device %d: one device per call",
-                        t[i].name, where[i], t[first].name, dev);
+                        kvc_tensor_names[i], where[i], kvc_tensor_names[first], dev);
     }
     if (dev >= 64) return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "CUDA device %d >= 64", dev);
     if (dev != prev && (err = cudaSetDevice(dev)) != cudaSuccess) return cuda_fail(err, "cudaSetDevice(exec->device)");
