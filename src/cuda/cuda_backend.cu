@@ -36,9 +36,9 @@
  * (device, stream) pair of the call, so calls on different streams never
  * share mutable memory (SPEC 2.6).
  * Per call the host picks: the kernel (one-segment, or compress_kernel<KF>
- * whose only reduction body is KF full segments per lane -- v14 -- or the
- * generic compress_kernel<0>), the chunk size (~one wave of CTAs, v15), and
- * the dims per thread (v16: 1 for 16-segment chunks in <= 2 waves, else 2).
+ * whose only reduction body is KF full segments per lane, or the generic
+ * compress_kernel<0>), the chunk size (~one wave of CTAs), and the dims per
+ * thread (1 for 16-segment chunks in <= 2 waves, else 2).
  *
  * bench/NOTES.md records every version with its prediction and measurement,
  * including the experiments that were removed (a cp.async / TMA ring kernel:
@@ -55,7 +55,7 @@
 
 /* Tuning knobs (compile time; bench/NOTES.md has the measurements). */
 #ifndef KVC_CUDA_DPT
-#define KVC_CUDA_DPT 0         /* main kernel: dims per thread, 1 or 2; 0 = auto per call (v16) */
+#define KVC_CUDA_DPT 0         /* main kernel: dims per thread, 1 or 2; 0 = auto per call */
 #endif
 #ifndef KVC_CUDA_MINB
 #define KVC_CUDA_MINB 2        /* resident CTAs per SM asked of the compiler */
@@ -64,7 +64,7 @@
 #define KVC_CUDA_LDHINT 0      /* state loads: 0 __ldcs (streaming), 1 __ldg */
 #endif
 #ifndef KVC_CUDA_CHDIV
-#define KVC_CUDA_CHDIV 132     /* chunk size ~ total segments / CHDIV (v15; v13-14: 264, v7-v12: 528) */
+#define KVC_CUDA_CHDIV 132     /* chunk size ~ total segments / CHDIV          */
 #endif
 #if KVC_CUDA_LDHINT == 1
 #define KVC_LD(p) __ldg(p)
@@ -72,12 +72,12 @@
 #define KVC_LD(p) __ldcs(p)
 #endif
 #ifndef KVC_CUDA_SPECIALIZE
-#define KVC_CUDA_SPECIALIZE 1  /* one kernel per full-chunk size (v14)       */
+#define KVC_CUDA_SPECIALIZE 1  /* one kernel per full-chunk size             */
 #endif
 #define MAX_CH 16              /* segments per chunk (32 = 16 per lane measured
                                   25% slower at 131k, C >= 256: bench/NOTES.md) */
 #ifndef KVC_CUDA_MAXCHUNKS
-#define KVC_CUDA_MAXCHUNKS 8   /* chunks per output at most (v17; was 16)     */
+#define KVC_CUDA_MAXCHUNKS 8   /* chunks per output at most                  */
 #endif
 #ifndef KVC_CUDA_LANES
 #define KVC_CUDA_LANES 2       /* lanes per CTA (DPT 2): 1 or 2             */
@@ -315,12 +315,10 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     const long long nout = a->num_outputs;
     /* chunk size ~ total segments / CHDIV: at most one wave of CTAs (at 2
      * per SM) where the window allows, so that a CTA's prologue and merge are
-     * spread over long chunks (v13, CHDIV 264: 32k/65k-token cases 2-10%
-     * faster than with four waves; v15, CHDIV 132: 32k-token cases 17%
-     * faster than with two), but chunks of >= 4 segments, <= MAX_CH = 16
-     * (2 lanes x 8), and <= KVC_CUDA_MAXCHUNKS = 8 chunks per output (the
-     * last CTA's merge is the parallel, load-all-first one; v17: 8k tokens
-     * at C=512 4% faster with 8 chunks of 8 segments than 16 of 4) */
+     * spread over long chunks (fewer, longer CTAs won wherever the grid had
+     * partial waves: bench/NOTES.md), but chunks of >= 4 segments,
+     * <= MAX_CH = 16 (2 lanes x 8), and <= KVC_CUDA_MAXCHUNKS = 8 chunks per
+     * output (the last CTA's merge is the parallel, load-all-first one) */
     const long long total = nout * P.nseg;
     long long ch = pow2_floor(total / KVC_CUDA_CHDIV > 0 ? total / KVC_CUDA_CHDIV : 1);
     if (ch < 4) ch = 4;
@@ -331,8 +329,8 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     P.nchunk = kvc_chunk_count(P.nseg, ch);
     /* dims per thread of the main kernel.  Auto (KVC_CUDA_DPT 0): 1 for
      * chunks of 16 full segments in at most two waves (one 512-thread lane
-     * of 16 segments: v16 measured 32k/65k-token cases 2-4% faster), else 2
-     * (two 256-thread lanes of 8: the 8k and 131k-token cases 1-3% faster). */
+     * of 16 segments: faster for the 32k/65k-token cases), else 2 (two
+     * 256-thread lanes of 8: faster for the 8k and 131k-token cases). */
     const int full = a->overlap == KVC_OVERLAP_OFF && P.rows % KVC_SEG == 0 && P.nseg % ch == 0;
     int dpt = P.nseg == 1 ? 2 : KVC_CUDA_DPT; /* one-segment windows: ks (DPT 2) */
     if (dpt == 0)
@@ -420,7 +418,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs * chunks = %lld exceeds the CUDA grid", blocks);
     size_t smem = (size_t)(L * 3 * 512) * sizeof(float); /* lane states; >= 512 + 8 floats for the finaliser */
     /* every chunk kk = ch / L full segments on the fast path: a kernel with
-     * only that body (1/8 of the code; v14: 2-6% faster) */
+     * only that body (1/8 of the code, and faster) */
     const int kf = KVC_CUDA_SPECIALIZE && P.fast && full ? (int)(ch / L) : 0;
 #if KVC_CUDA_DPT != 2
     if (dpt == 1)

@@ -202,7 +202,7 @@ __device__ __forceinline__ void seg_load_full(const launch_params &P, const RT *
  * register budget (mostly late in the segment), but the code between the
  * segments of a subtree is one basic block, so it can overlap each
  * segment's loads with arithmetic; the per-segment branch of the generic
- * path below prevented that (v12: 192 -> 160 us at 131k tokens).
+ * path below prevented that (bench/NOTES.md: 192 -> 160 us at 131k tokens).
  */
 template <bool NEXT, bool SCORES_FROM_TABLE = false, class RT>
 __device__ __forceinline__ stv seg_compute_roll(const launch_params &P, const RT *rt, int lr_next, int q,
@@ -234,8 +234,8 @@ __device__ __forceinline__ stv subtree_full(const launch_params &P, const row_ta
  * The generic path: a thread's complete subtree of kk (a power of two <=
  * 16) consecutive segments from segment sg (r0: the chunk's first row), any
  * rows (a partial last segment, masked overlap rows, unaligned rows).  One
- * unrolled body per kk; a runtime loop over segments measured slower (v8,
- * v9 in bench/NOTES.md).  Subtrees of full, aligned segments without
+ * unrolled body per kk; a runtime loop over segments measured slower
+ * (bench/NOTES.md).  Subtrees of full, aligned segments without
  * overlap take subtree_full instead (see subtree_rt).
  */
 template <int KK>

@@ -5,7 +5,7 @@
  * -cl-fp32-correctly-rounded-divide-sqrt, so every operation is the
  * canonical binary32 operation: the bytes equal the CPU backend's.
  *
- * Work decomposition (v3, as the CUDA kernel's): a window's segments are cut
+ * Work decomposition (as the CUDA kernel's): a window's segments are cut
  * into chunks (kvc_chunk_of: complete subtrees of the canonical tree); one
  * work-group of 256 work-items reduces one chunk of one output, work-item q
  * holding dims 2q, 2q+1.  The group first resolves the chunk's row offsets
@@ -17,8 +17,8 @@
  * publishes its chunk state and the last group of the output (ticket
  * counter) merges the chunk states in canonical order; the group then
  * finalises the slot together (finalize_group).  Chunks of full segments
- * without masked rows take straight-line code on GPUs (v6, reduce_full),
- * with 8-byte loads where every row is 8-byte aligned (v9).
+ * without masked rows take straight-line code on GPUs (reduce_full),
+ * with 8-byte loads where every row is 8-byte aligned.
  */
 #include "kvc_canon.h"
 #include "kvc_check.h"
@@ -39,7 +39,7 @@ typedef struct {
 /* A row's dims 2q, 2q+1.  vload2 promises only 4-byte alignment, and
  * NVIDIA's compiler makes it two 4-byte loads; with every row 8-byte
  * aligned (pl.vec: buffers start aligned, both strides even) a float2
- * load is one 8-byte load (H200: bench/NOTES.md, OpenCL v9). */
+ * load is one 8-byte load (H200: bench/NOTES.md). */
 #ifndef KVC_CL_VLOAD
 #define KVC_CL_VLOAD 0 /* 1: vload2 on the straight-line path too (experiment) */
 #endif
@@ -144,7 +144,7 @@ static st2 reduce_segments(const kvc_cl_plan *pl, __global const float *state, _
 }
 
 /*
- * The common case as straight-line code (v6): a chunk whose segments are all
+ * The common case as straight-line code: a chunk whose segments are all
  * full and whose rows are all present.  Everything below is unrolled by
  * hand (no private arrays indexed at run time: those live in memory), so one
  * segment's loads can overlap another's arithmetic: on the H200 this path
@@ -183,11 +183,11 @@ static inline void sub_full_1(__global const float *state, __local const long *r
     *out = r;
 }
 /*
- * The 8-segment block, software-pipelined (v9): two named segment buffers,
+ * The 8-segment block, software-pipelined: two named segment buffers,
  * the next segment's 16 loads issued before the current one's arithmetic.
- * H200, 131k tokens C=128/256/512 (bench/NOTES.md, v9): 178/181/187 us;
+ * H200, 131k tokens C=128/256/512 (bench/NOTES.md): 178/181/187 us;
  * the forms measured against it and removed: each segment loading then
- * computing (v6's sub_full_8) 204/246/232 with 8-byte loads, one buffer
+ * computing (the earlier sub_full_8) 204/246/232 with 8-byte loads, one buffer
  * with row i of the next segment loaded as soon as row i is consumed (the
  * CUDA kernel's order) 266/249/244.
  */
@@ -540,7 +540,7 @@ static void finish_output(int fin, __local float *c, __local float *t, __local f
  * instead of calling fill_rows and finish_output: through all the helpers
  * the same code compiled to 153 registers instead of 128 on NVIDIA's driver
  * (one work-group per SM, 131k tokens 268 instead of 178 us; bench/NOTES.md,
- * v10). */
+ * bench/NOTES.md). */
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_kernel(KVC_CL_KERNEL_ARGS) {
     __local float c[512], t[256], u[256];
     __local int flags[8];
@@ -632,15 +632,15 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
 }
 
 /*
- * One dim per work-item (v10, v11): half the registers per work-item for
+ * One dim per work-item: half the registers per work-item for
  * the same loads in flight, so more resident warps per SM (the 2-dims
  * kernel holds 128 registers at 256 work-items: 2 groups, 16 warps per
  * SM), with 4-byte loads (a warp still reads 128 contiguous bytes per row).
- * kvc_compress_wide (v11, the default): 512 work-items per chunk, work-item
+ * kvc_compress_wide (the default): 512 work-items per chunk, work-item
  * q reducing dim q, finalised at once with one chunk per output (the first
  * 256 work-items finalise; the others only meet the barriers), through the
  * chunk states and the ticket otherwise; on NVIDIA held to 64 registers
- * (.minnctapersm 2: 32 warps per SM).  kvc_compress_split (v10): the chunk
+ * (.minnctapersm 2: 32 warps per SM).  kvc_compress_split: the chunk
  * split over two 256-item groups by dims, group h reducing dims 256 h + q;
  * both publish their half of the chunk state and the last of the output's
  * 2 x nchunk groups merges and finalises.  The host takes them for windows

@@ -43,7 +43,7 @@ typedef struct {
     cl_program prog;
     cl_kernel kern;    /* created once; arguments set under g_lock      */
     cl_kernel small;   /* one-segment windows: several outputs per group */
-    cl_kernel split;   /* chunks split by dims over two groups (v10)     */
+    cl_kernel split;   /* chunks split by dims over two groups          */
     cl_kernel wide;    /* its 512-work-item twin: one group per chunk     */
                        /* (split, wide: GPU devices only, else NULL)     */
     cl_uint units;     /* compute units                                  */
@@ -95,7 +95,7 @@ int kvc_opencl_available(void) {
  *
  * KVC_OPENCL_NV_MINB / KVC_OPENCL_NV_MINB_SPLIT (compile time; env of the
  * same names at run time): N for kvc_compress_kernel / kvc_compress_split,
- * 0 = as built; v10 (H200): the split kernel at 4 (64 registers, 32 warps
+ * 0 = as built; on the H200: the split kernel at 4 (64 registers, 32 warps
  * per SM; it builds to 76 = 3 groups otherwise), the 2-dims kernel as built
  * (3 and 4 spill: 131k tokens 272 / 362 us instead of 178);
  * KVC_OPENCL_NV_MINB_WIDE (env only) for kvc_compress_wide, default 2 (64
@@ -298,13 +298,13 @@ static kvc_status grow(cl_context ctx, cl_mem *buf, size_t *have, size_t need, c
 
 /* Chunk plan knobs (compile time; bench/NOTES.md). */
 #ifndef KVC_OPENCL_SPLIT_CH
-#define KVC_OPENCL_SPLIT_CH 32   /* the split kernel for chunks of >= this many segments (v10) */
+#define KVC_OPENCL_SPLIT_CH 32   /* the split kernel for chunks of >= this many segments */
 #endif
 #ifndef KVC_OPENCL_CHDIV
-#define KVC_OPENCL_CHDIV 132     /* chunk size ~ total segments / CHDIV (v8; was 528) */
+#define KVC_OPENCL_CHDIV 132     /* chunk size ~ total segments / CHDIV */
 #endif
 #ifndef KVC_OPENCL_MAXCHUNKS
-#define KVC_OPENCL_MAXCHUNKS 8   /* chunks per output at most (v8; was 16)      */
+#define KVC_OPENCL_MAXCHUNKS 8   /* chunks per output at most */
 #endif
 
 static long long pow2_floor(long long x) {
@@ -331,7 +331,7 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
         return cl_fail(err, "clEnqueueFillBuffer(status)");
     if (a->num_outputs == 0) return KVC_OK;
 
-    /* the CUDA backend's chunk policy (v15/v17 there, v8 here): about one
+    /* the CUDA backend's chunk policy: about one
      * wave of work-groups, chunks of >= 4 segments (<= 128), <= 8 chunks
      * per output where the window allows.  On the H200 the 32k-token cases
      * ran 31-34% faster than with the old divisor 528 (several waves), the
@@ -365,13 +365,11 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     }
 
     /* 1-dim-per-work-item kernels (kvc_kernel.cl) for windows of full
-     * segments without overlap on GPU devices.  v11: kvc_compress_wide (512
-     * work-items, 64 registers) for all of them: H200 131k tokens 165/159/
-     * 159 us against 171/174/181 for the 2-dims kernel and 176/169/167 for
-     * the split one (v10: split for chunks of >= KVC_OPENCL_SPLIT_CH
-     * segments only) */
+     * segments without overlap on GPU devices: kvc_compress_wide (512
+     * work-items, 64 registers) for all of them, faster on the H200 than
+     * the 2-dims and the split kernels (bench/NOTES.md) */
     const int eligible = !pl.small_k && a->overlap == KVC_OVERLAP_OFF && pl.rows % KVC_SEG == 0 && ent->split;
-    /* KVC_OPENCL_SPLIT: 0 never, 1 split by chunk size (v10), 2 wide (v11,
+    /* KVC_OPENCL_SPLIT: 0 never, 1 split by chunk size, 2 wide (the
      * default), 3 split always */
     const int mode = knob("KVC_OPENCL_SPLIT", 2);
     int split = eligible && ((mode == 1 && pl.ch >= KVC_OPENCL_SPLIT_CH) || mode == 3);
