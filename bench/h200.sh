@@ -10,10 +10,8 @@
 #   bench     kvcompress bench, headline, both layouts (default kernel)
 #   engine    the engine case set
 #   opencl    OpenCL golden + semantics + headline bench (NVIDIA's driver)
-#   oclminb   OpenCL: the occupancy patch for MINBS (default 0 3 4), timed and golden-checked
 #   ab        A/B: devbin/kvc vs devbin/kvc_$AB (default old) on $BACKEND (default cuda), headline, twice
 #   oclopts   OpenCL: kernel variants by build options (OPTS='a;b'), golden + bench each
-#   oclsplit  OpenCL: split kernel on/off x occupancy x .cs loads (SPLITS='sp,minb,cs ...'), golden + bench each
 #   sanitize  compute-sanitizer memcheck/racecheck/initcheck on golden + errors
 #   ncu       stall breakdown of the kernel on two cases
 #   sass      instruction mix of the kernels (cuobjdump)
@@ -61,15 +59,6 @@ for s in "$@"; do
     $D/test_golden $G backend=opencl repeat=3 2>&1 | tail -2
     $D/test_semantics backend=opencl 2>&1 | tail -3
     $D/kvc bench --backend opencl --json $OUT/opencl-headline.json > $OUT/opencl-headline.txt 2>&1; tail -3 $OUT/opencl-headline.txt ;;
-  oclminb)
-    # the OpenCL occupancy patch (KVC_OPENCL_NV_MINB) against the plain build, one call
-    step oclminb
-    KVC_OPENCL_DUMP=$OUT/opencl-program.ptx $D/kvc bench --backend opencl --cases quick --layout contig > /dev/null 2>&1
-    for m in ${MINBS:-0 3 4}; do
-      KVC_OPENCL_NV_MINB=$m KVC_OPENCL_BUILD_LOG=1 $D/test_golden $G backend=opencl 2>&1 | grep -E "patch|passed|failed" | tail -2
-      KVC_OPENCL_NV_MINB=$m $D/kvc bench --backend opencl --layout ${LAYOUT:-contig} > $OUT/opencl-minb$m.txt 2>&1
-      echo "minb $m"; grep -E "t131072|t8192_c128|failed" $OUT/opencl-minb$m.txt
-    done ;;
   ab)
     # A/B: devbin/kvc against devbin/kvc_$AB (default old) on $BACKEND (default cuda), interleaved, same call
     step ab
@@ -87,25 +76,10 @@ for s in "$@"; do
     for o in "" "${sets[@]}"; do
       i=$((i+1))
       echo "-- variant $i: '$o'"
-      m=0; case $o in minb=*) m=${o%% *}; m=${m#minb=}; o=${o#* } ;; esac  # "minb=N opts": KVC_OPENCL_NV_MINB
-      KVC_OPENCL_NV_MINB=$m KVC_OPENCL_BUILD_OPTIONS="$o" $D/test_golden $G backend=opencl 2>&1 | tail -1
-      KVC_OPENCL_NV_MINB=$m KVC_OPENCL_BUILD_OPTIONS="$o" KVC_OPENCL_DUMP=$OUT/prog-$i.ptx $D/kvc bench --backend opencl --layout ${LAYOUT:-contig} > $OUT/opts-$i.txt 2>&1
+      KVC_OPENCL_BUILD_OPTIONS="$o" $D/test_golden $G backend=opencl 2>&1 | tail -1
+      KVC_OPENCL_BUILD_OPTIONS="$o" KVC_OPENCL_DUMP=$OUT/prog-$i.ptx $D/kvc bench --backend opencl --layout ${LAYOUT:-contig} > $OUT/opts-$i.txt 2>&1
       grep -E "t131072|t65536_c128|t32768_c128|t8192_c128|failed" $OUT/opts-$i.txt
     done ;;
-  oclsplit)
-    # the split kernel (v10) against the 2-dims kernel, same call: golden, bench, program dump
-    step oclsplit
-    # variants: "split,minb" pairs (KVC_OPENCL_SPLIT, KVC_OPENCL_NV_MINB_SPLIT)
-    # variants: "split,minb,cs" (KVC_OPENCL_SPLIT, KVC_OPENCL_NV_MINB_SPLIT, KVC_OPENCL_NV_CS)
-    for v in ${SPLITS:-0,4,0 1,4,0 1,0,0}; do
-      IFS=, read -r sp mb cs <<< "$v"
-      echo "-- KVC_OPENCL_SPLIT=$sp KVC_OPENCL_NV_MINB_SPLIT=$mb KVC_OPENCL_NV_CS=$cs"
-      export KVC_OPENCL_SPLIT=$sp KVC_OPENCL_NV_MINB_SPLIT=$mb KVC_OPENCL_NV_CS=${cs:-0}
-      $D/test_golden $G backend=opencl repeat=${REPEAT:-1} 2>&1 | tail -1
-      $D/kvc bench --backend opencl --layout ${LAYOUT:-contig} > $OUT/split-$sp-$mb-$cs.txt 2>&1
-      grep -E "t131072|t65536|t32768_c128|t8192|failed" $OUT/split-$sp-$mb-$cs.txt
-    done
-    unset KVC_OPENCL_SPLIT KVC_OPENCL_NV_MINB_SPLIT KVC_OPENCL_NV_CS ;;
   sanitize)
     step sanitize
     for t in ${TOOLS:-memcheck racecheck initcheck}; do

@@ -93,14 +93,14 @@ int kvc_opencl_available(void) {
  * 178/179/184 to 171/174/181 us (2-dims kernel) and 184/177/175 to
  * 178/170/169 (split kernel); ".L2::256B" on top gained nothing.
  *
- * KVC_OPENCL_NV_MINB / KVC_OPENCL_NV_MINB_SPLIT (compile time; env of the
- * same names at run time): N for kvc_compress_kernel / kvc_compress_split,
+ * KVC_OPENCL_NV_MINB / _SPLIT / _WIDE (compile time): N for
+ * kvc_compress_kernel / kvc_compress_split / kvc_compress_wide,
  * 0 = as built; on the H200: the split kernel at 4 (64 registers, 32 warps
  * per SM; it builds to 76 = 3 groups otherwise), the 2-dims kernel as built
  * (3 and 4 spill: 131k tokens 272 / 362 us instead of 178);
- * KVC_OPENCL_NV_MINB_WIDE (env only) for kvc_compress_wide, default 2 (64
- * registers, 32 warps per SM; 80 as built).
- * KVC_OPENCL_NV_CS: 1 = .cs loads (default), 2 = .cs.L2::256B, 0 = off.
+ * the wide kernel at 2 (64 registers, 32 warps per SM; 80 as built).
+ * KVC_OPENCL_NV_CS (compile time): 1 = .cs loads (default), 2 =
+ * .cs.L2::256B, 0 = off.
  * KVC_OPENCL_DUMP=file writes the built program binary (PTX on NVIDIA).  Any
  * failure keeps the program as built.
  */
@@ -110,6 +110,9 @@ int kvc_opencl_available(void) {
 #ifndef KVC_OPENCL_NV_MINB_SPLIT
 #define KVC_OPENCL_NV_MINB_SPLIT 4
 #endif
+#ifndef KVC_OPENCL_NV_MINB_WIDE
+#define KVC_OPENCL_NV_MINB_WIDE 2
+#endif
 #ifndef KVC_OPENCL_NV_CS
 #define KVC_OPENCL_NV_CS 1
 #endif
@@ -118,10 +121,8 @@ static int knob(const char *name, int dflt) {
     return v && *v ? atoi(v) : dflt;
 }
 static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
-    const int mk = knob("KVC_OPENCL_NV_MINB", KVC_OPENCL_NV_MINB);
-    const int ms = knob("KVC_OPENCL_NV_MINB_SPLIT", KVC_OPENCL_NV_MINB_SPLIT);
-    const int mw = knob("KVC_OPENCL_NV_MINB_WIDE", 2);
-    const int cs = knob("KVC_OPENCL_NV_CS", KVC_OPENCL_NV_CS);
+    const int mk = KVC_OPENCL_NV_MINB, ms = KVC_OPENCL_NV_MINB_SPLIT, mw = KVC_OPENCL_NV_MINB_WIDE,
+              cs = KVC_OPENCL_NV_CS;
     const char *dump = getenv("KVC_OPENCL_DUMP");
     char vendor[64] = "";
     clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
@@ -370,7 +371,8 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
      * the 2-dims and the split kernels (bench/NOTES.md) */
     const int eligible = !pl.small_k && a->overlap == KVC_OVERLAP_OFF && pl.rows % KVC_SEG == 0 && ent->split;
     /* KVC_OPENCL_SPLIT: 0 never, 1 split by chunk size, 2 wide (the
-     * default), 3 split always */
+     * default), 3 split always (tests/test_opencl_paths.c sets it to reach
+     * every kernel under Oclgrind) */
     const int mode = knob("KVC_OPENCL_SPLIT", 2);
     int split = eligible && ((mode == 1 && pl.ch >= KVC_OPENCL_SPLIT_CH) || mode == 3);
     const int wide = eligible && mode == 2;
