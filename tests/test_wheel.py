@@ -1,6 +1,7 @@
 """The wheel (issue 20): `pip wheel .` (CPU-only, to keep it quick) holds one
 copy of the library and the command-line tool, and a virtual environment with
-it installed has a working `kvcompress` command.  Exit 77 when pip cannot
+it installed has a working `kvcompress` command; it carries the source and
+header the torch fast path is compiled from on first use (issue 17).  Exit 77 when pip cannot
 build here (no network for the build requirements)."""
 import glob
 import os
@@ -27,6 +28,10 @@ with tempfile.TemporaryDirectory() as d:
     if "kvcompress/kvcompress-cli" not in names:
         print("FAIL no command-line tool in the wheel:", names)
         failures += 1
+    for src in ("kvcompress/_torch_ext.cpp", "kvcompress/kvcompress.h"):  # the torch fast path builds from these
+        if src not in names:
+            print("FAIL not in the wheel:", src)
+            failures += 1
     venv = os.path.join(d, "venv")
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], check=True)
     subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", "--no-deps", "--no-index", wheels[0]], check=True)

@@ -25,7 +25,7 @@ synchronizes the stream) to raise the first such error.
 """
 import ctypes
 
-from . import _lib
+from . import _lib, _torch
 
 __all__ = ["c128_256_512_compress", "compress", "check_device_status", "KVCError", "KVCDeviceError",
            "backend_available", "__version__"]
@@ -255,15 +255,69 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
 
 
 _TORCH_OP = None
+_INT64_MIN, _INT64_MAX = _INT64
+
+
+def _torch_ints(block_size, compress_ratio, rms_norm_eps, kv_block_size):
+    """The scalar arguments of the torch path, exactly (see _int)."""
+    if not (type(block_size) is int and type(compress_ratio) is int and type(kv_block_size) is int
+            and _INT64_MIN <= block_size <= _INT64_MAX and _INT64_MIN <= compress_ratio <= _INT64_MAX
+            and _INT64_MIN <= kv_block_size <= _INT64_MAX):
+        block_size, compress_ratio = _int("block_size", block_size), _int("compress_ratio", compress_ratio)
+        kv_block_size = _int("kv_block_size", kv_block_size)
+    if type(rms_norm_eps) is not float:
+        rms_norm_eps = _float("rms_norm_eps", rms_norm_eps)
+    return block_size, compress_ratio, rms_norm_eps, kv_block_size
+
+
+def _enum(table, what, value):
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        raise KVCError("KVC_ERROR_BAD_PARAMETER", f"{what} {value!r}: expected one of "
+                                                  f"{', '.join(sorted(table))}") from None
+
+
+def _torch_call(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+                cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps, nope_format,
+                overlap, cos_sin_layout, kv_block_size):
+    """One call with torch tensors: through the extension (_torch.py) when it
+    is built and every argument is a tensor, else through compress()."""
+    ext = _torch.get(_L)
+    if ext is not None:
+        nf = _enum(_lib.NOPE_FORMATS, "nope_format", nope_format)
+        lay = _enum(_lib.COS_SIN_LAYOUTS, "cos_sin_layout", cos_sin_layout)
+        dev = kv_cache.get_device()
+        stream = _cuda_stream(dev) if dev >= 0 else 0
+        try:
+            status = ext.compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
+                                  rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size,
+                                  compress_ratio, rms_norm_eps, nf, 1 if overlap else 0, lay, kv_block_size, stream)
+        except TypeError:  # an argument that is not a tensor: compress() names it
+            status = None
+        if status == 0:
+            return
+        if status is not None:
+            if status > 0:
+                _raise_status(status)
+            name = _L.kvc_status_string(-status).decode()
+            raise KVCError(name, ext.last_message())
+    compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+             cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,
+             nope_format=nope_format, overlap=overlap, cos_sin_layout=cos_sin_layout, kv_block_size=kv_block_size)
+
+
+_cuda_stream = None
 
 
 def _torch_op():
     """torch.ops.kvcompress.compress_: the call as a torch custom op (mutates
-    kv_cache), so torch.compile treats it as one opaque node and CUDA graphs
-    capture it.  Registered on first use with torch tensors."""
-    global _TORCH_OP
+    kv_cache), so torch.compile treats it as one opaque node.  Registered on
+    first use with torch tensors."""
+    global _TORCH_OP, _cuda_stream
     if _TORCH_OP is None:
         import torch
+        _cuda_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
 
         @torch.library.custom_op("kvcompress::compress_", mutates_args=("kv_cache",))
         def _op(state_cache: torch.Tensor, token_to_req: torch.Tensor, positions: torch.Tensor,
@@ -271,16 +325,15 @@ def _torch_op():
                 cos_sin_cache: torch.Tensor, kv_slot_mapping: torch.Tensor, kv_cache: torch.Tensor,
                 block_size: int, compress_ratio: int, rms_norm_eps: float, nope_format: str, overlap: bool,
                 cos_sin_layout: str, kv_block_size: int) -> None:
-            compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
-                     cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,
-                     nope_format=nope_format, overlap=overlap, cos_sin_layout=cos_sin_layout,
-                     kv_block_size=kv_block_size)
+            _torch_call(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+                        cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,
+                        nope_format, overlap, cos_sin_layout, kv_block_size)
 
         @_op.register_fake
         def _(*args):
             return None
 
-        _TORCH_OP = torch.ops.kvcompress.compress_
+        _TORCH_OP = (torch.ops.kvcompress.compress_, torch.compiler.is_compiling)
     return _TORCH_OP
 
 
@@ -289,15 +342,22 @@ def c128_256_512_compress(state_cache, token_to_req, positions, boundary_token_i
                           rms_norm_eps=1e-6, *, nope_format="int8", overlap=False, cos_sin_layout="split",
                           kv_block_size=64):
     """The statement's signature: writes the compressed slots into kv_cache in
-    place and returns kv_cache.  See the module docstring.  With torch tensors
-    the call goes through the custom op torch.ops.kvcompress.compress_."""
-    if _is_torch(kv_cache) and all(_is_torch(x) for x in (state_cache, token_to_req, positions,
-                                                           boundary_token_indices, block_table, rms_norm_weight,
-                                                           cos_sin_cache, kv_slot_mapping)):
-        _torch_op()(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
-                    cos_sin_cache, kv_slot_mapping, kv_cache, _int("block_size", block_size),
-                    _int("compress_ratio", compress_ratio), _float("rms_norm_eps", rms_norm_eps), nope_format,
-                    bool(overlap), cos_sin_layout, _int("kv_block_size", kv_block_size))
+    place and returns kv_cache.  See the module docstring.  With torch tensors,
+    an eager call goes straight to the compiled extension (see _torch.py) on
+    torch's current stream; under torch.compile it is the custom op
+    torch.ops.kvcompress.compress_ (one opaque node)."""
+    if _is_torch(kv_cache):
+        op, compiling = _TORCH_OP or _torch_op()
+        block_size, compress_ratio, rms_norm_eps, kv_block_size = _torch_ints(block_size, compress_ratio,
+                                                                              rms_norm_eps, kv_block_size)
+        if compiling():
+            op(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+               cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps, nope_format,
+               bool(overlap), cos_sin_layout, kv_block_size)
+        else:
+            _torch_call(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+                        cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,
+                        nope_format, overlap, cos_sin_layout, kv_block_size)
         return kv_cache
     out, _ = compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
                       cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,

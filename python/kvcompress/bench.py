@@ -4,6 +4,12 @@ the statement (kvcompress.reference) on the 12 headline cases, SPEC 6 timing
 
     python -m kvcompress.bench [--layout contig|shuffle|both] [--repeat N]
                                [--json FILE] [--plot FILE.png]
+    python -m kvcompress.bench --host [--json FILE]
+
+--host: the host cost of one call (SPEC 6: back-to-back eager calls, the
+same run) on a small case (1 request, 1024 tokens, C=128: 8 outputs),
+against torch.sum of the same 4 MiB: kvcompress.compress, the drop-in
+(eager and as a CUDA-graph replay) and the registered op.
 """
 import argparse
 import json
@@ -40,6 +46,69 @@ def _read_bw(flush):
     return x.numel() * 4 / (t * 1e-6) / 1e9
 
 
+HOST_CALLS = 2000  # calls per sample: long against the timer, short against clock drift
+
+
+def _host_us(fn, samples=7):
+    """Median over samples of the wall time per call of HOST_CALLS back-to-back
+    eager calls, the device synchronised before and after each sample."""
+    import time
+
+    import torch
+    for _ in range(50):
+        fn()
+    out = []
+    for _ in range(samples):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(HOST_CALLS):
+            fn()
+        torch.cuda.synchronize()
+        out.append((time.perf_counter() - t0) / HOST_CALLS * 1e6)
+    return float(np.median(out)), min(out), max(out)
+
+
+def host_main(json_path):
+    import torch
+
+    import kvcompress
+    from kvcompress.rand import generate
+    try:
+        from kvcompress import _torch
+        fast_path = _torch.status
+    except ImportError:  # a kvcompress without the fast path (for an A/B run)
+        fast_path = lambda: "none in this version"
+    with generate(1, 1024, 128, 8, seed=5) as case:
+        t = [torch.from_numpy(np.array(x)).cuda() if isinstance(x, np.ndarray) else x for x in case.inputs()]
+        t[5] = t[5].view(torch.bfloat16)
+        drop_in = lambda: kvcompress.c128_256_512_compress(*t)
+        drop_in()
+        op = torch.ops.kvcompress.compress_
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            drop_in()
+        x = t[0]
+        rows = [("torch.sum of the same bytes", lambda: torch.sum(x)),
+                ("kvcompress.compress (ctypes)", lambda: kvcompress.compress(*t)),
+                ("torch.ops.kvcompress.compress_", lambda: op(*t, 1e-6, "int8", False, "split", 64)),
+                ("drop-in c128_256_512_compress", drop_in),
+                ("drop-in, CUDA graph replay", g.replay)]
+        res = [(name, *_host_us(fn)) for name, fn in rows]
+    base = res[0][1]
+    print(f"kvcompress {kvcompress.__version__} host cost, {torch.cuda.get_device_name()}, torch "
+          f"{torch.__version__}, fast path: {fast_path()}; 1 x 1024 tokens, C=128, {x.numel() * 4 >> 20} MiB; "
+          f"median of 7 x {HOST_CALLS} eager calls")
+    print(f"{'call':34} {'us/call':>8} {'min':>7} {'max':>7} {'x sum':>6}")
+    for name, med, lo, hi in res:
+        print(f"{name:34} {med:8.1f} {lo:7.1f} {hi:7.1f} {med / base:6.2f}")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(), torch=torch.__version__, fast_path=fast_path(),
+                           rows=[dict(call=n, us=m, min=lo, max=hi, x_sum=m / base) for n, m, lo, hi in res]),
+                      f, indent=1)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m kvcompress.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--layout", default="both", choices=["contig", "shuffle", "both"])
@@ -47,11 +116,14 @@ def main(argv=None):
     ap.add_argument("--torch-repeat", type=int, default=100)  # SPEC 6: median of >= 100 calls
     ap.add_argument("--json")
     ap.add_argument("--plot")
+    ap.add_argument("--host", action="store_true", help="the host cost table instead of kernel times")
     args = ap.parse_args(argv)
     import torch
     if not torch.cuda.is_available():
         print("python -m kvcompress.bench needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
+    if args.host:
+        return host_main(args.json)
     import kvcompress
     from kvcompress.rand import generate, slot_rows
     from kvcompress.reference import reference_compress, conforms
