@@ -37,12 +37,17 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 /* Version                                                                   */
 /* ------------------------------------------------------------------------ */
+/* The project's one version source: CMakeLists.txt and pyproject.toml read
+ * these three lines. */
 #define KVC_VERSION_MAJOR 0
 #define KVC_VERSION_MINOR 1
 #define KVC_VERSION_PATCH 0
 #define KVC_VERSION_NUMBER \
     (KVC_VERSION_MAJOR * 10000 + KVC_VERSION_MINOR * 100 + KVC_VERSION_PATCH)
-#define KVC_VERSION_STRING "0.1.0"
+#define KVC_VERSION_STR_(x) #x
+#define KVC_VERSION_STR(x) KVC_VERSION_STR_(x)
+#define KVC_VERSION_STRING \
+    KVC_VERSION_STR(KVC_VERSION_MAJOR) "." KVC_VERSION_STR(KVC_VERSION_MINOR) "." KVC_VERSION_STR(KVC_VERSION_PATCH)
 
 /* Bytes of one compressed slot: 448 NOPE + 128 RoPE + 8 scale bytes. */
 #define KVC_SLOT_BYTES 584

@@ -28,6 +28,12 @@ with tempfile.TemporaryDirectory() as d:
     if "kvcompress/kvcompress-cli" not in names:
         print("FAIL no command-line tool in the wheel:", names)
         failures += 1
+    import re
+    hdr = open(os.path.join(root, "include", "kvcompress.h")).read()
+    version = ".".join(re.search(rf"#define KVC_VERSION_{k} (\d+)", hdr).group(1) for k in ("MAJOR", "MINOR", "PATCH"))
+    if not os.path.basename(wheels[0]).startswith(f"kvcompress-{version}-"):
+        print("FAIL the wheel's version is not the header's", version, os.path.basename(wheels[0]))
+        failures += 1
     for src in ("kvcompress/_torch_ext.cpp", "kvcompress/kvcompress.h"):  # the torch fast path builds from these
         if src not in names:
             print("FAIL not in the wheel:", src)
