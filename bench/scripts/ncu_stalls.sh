@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stall breakdown of the CUDA kernel (KVC_NCU_KERNEL, default compress_kernel) on one case (run on the GPU machine):
-#   bench/ncu_stalls.sh ./kvcompress reqs=8,tokens=131072,C=128,block=8 > out.txt
+#   bench/scripts/ncu_stalls.sh ./kvcompress reqs=8,tokens=131072,C=128,block=8 > out.txt
 exe=$1; spec=$2
 m=smsp__inst_executed.sum,smsp__cycles_active.avg,sm__warps_active.avg.pct_of_peak_sustained_active
 for s in long_scoreboard short_scoreboard wait math_pipe_throttle barrier lg_throttle mio_throttle not_selected selected dispatch_stall no_instruction membar branch_resolving drain sleeping tex_throttle imc_miss; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device-run driver (the H200 session machine): runs named steps with the
 # binaries of devbin/ (built here, carried there) and writes every result
-# under $OUT.  Usage: bench/h200.sh step [step ...]
+# under $OUT.  Usage: bench/scripts/h200.sh step [step ...]
 #   golden    golden + semantics suites on CUDA, verify
 #   modes     FAST numerics (golden numerics=fast, test_cuda_fast) and two streams (test_cuda_streams;
 #             devbin/test_cuda_streams_old, if present, is the same test built on the previous library)
@@ -91,7 +91,7 @@ for s in "$@"; do
   ncu)
     step ncu
     for c in reqs=8,tokens=131072,C=128,block=8 reqs=1,tokens=8192,C=512,block=8; do
-      bench/ncu_stalls.sh $D/kvc $c > $OUT/ncu-$c.txt 2>&1; tail -30 $OUT/ncu-$c.txt
+      bench/scripts/ncu_stalls.sh $D/kvc $c > $OUT/ncu-$c.txt 2>&1; tail -30 $OUT/ncu-$c.txt
     done ;;
   sass)
     step sass
