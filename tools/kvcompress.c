@@ -35,7 +35,7 @@ static const char *USAGE_MAIN =
     "commands:\n"
     "  info     library version, backends, devices\n"
     "  bench    time the operation on generated cases (the main job)\n"
-    "  verify   golden and random cases, exact against the CPU backend\n"
+    "  verify   golden, random and GPU-path cases, exact against the CPU backend\n"
     "\n"
     "'kvcompress <command> --help' describes each command.\n";
 
@@ -75,7 +75,7 @@ static const char *USAGE_VERIFY =
     "  --backend auto|cpu|cuda|opencl   default auto\n"
     "  --golden DIR     golden data (default: $KVCOMPRESS_GOLDEN, else the source\n"
     "                   tree's tests/data/golden, else <prefix>/share/kvcompress/golden)\n"
-    "  --random N       random cases (default 24)\n"
+    "  --random N       random cases (default 24; with N > 0 also the 7 GPU-path shapes)\n"
     "  --threads N      CPU threads\n"
     "Prints the backend and device first; exits 1 if a case failed, if --golden\n"
     "names no golden data, or if nothing was checked.\n";
@@ -783,131 +783,25 @@ static int cmd_verify(int argc, char **argv) {
         fprintf(stderr, "kvcompress: backend %s is not available here\n", backend_name(be));
         return 1;
     }
-    int gpu = be != KVC_BACKEND_CPU;
     printf("kvcompress %s verify: backend %s\n", KVC_VERSION_STRING, backend_name(be));
     if (be == KVC_BACKEND_CUDA) kvc_bench_cuda_info();
     else if (be == KVC_BACKEND_OPENCL) kvc_bench_opencl_info();
     else printf("cpu: %d threads\n", threads ? threads : kvc_cpu_default_threads());
-    int passed = 0, failed = 0;
-    kvc_golden_case *g = NULL;
     if (!golden) golden = find_golden();
+    kvc_golden_case *g = NULL;
     int ng = golden ? kvc_kit_load_index(golden, &g) : -1;
+    free(g);
     if (ng < 0 && golden_given) {
         fprintf(stderr, "kvcompress: --golden %s: no golden data there (manifest / cases.tsv)\n", golden);
         return 1;
     }
     if (ng < 0) fprintf(stderr, "kvcompress: no golden data found: golden cases skipped (--golden DIR)\n");
     else printf("golden data: %s\n", golden);
-    for (int i = 0; i < ng; i++) {
-        char msg[512] = "";
-        kvc_case c;
-        int bad = 0;
-        if (kvc_case_generate(&g[i].params, threads, &c) != KVC_OK) {
-            snprintf(msg, sizeof msg, "generate: %s", kvc_last_error_message());
-            bad = 1;
-        }
-        if (!bad && kvc_kit_check_inputs(&g[i], &c, msg, sizeof msg)) bad = 1;
-        bench_result r;
-        memset(&r, 0, sizeof r);
-        if (!bad) {
-            kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, 7);
-            if (gpu) {
-                if (device_case(be, &c, 1, 0, &r) != 0) {
-                    snprintf(msg, sizeof msg, "%s: %.400s", kvc_status_string(r.status), r.message);
-                    bad = 1;
-                }
-            } else {
-                kvc_exec ex;
-                kvc_exec_init(&ex);
-                ex.backend = KVC_BACKEND_CPU;
-                ex.num_threads = threads;
-                kvc_status st = kvc_compress(&c.args, &ex, NULL);
-                if (st != KVC_OK) {
-                    snprintf(msg, sizeof msg, "%s: %s", kvc_status_string(st), kvc_last_error_message());
-                    bad = 1;
-                }
-            }
-        }
-        uint8_t *rows = NULL, *canon = NULL, *ref = NULL;
-        if (!bad) {
-            char path[4096];
-            size_t len = 0;
-            rows = malloc((size_t)c.args.num_outputs * KVC_SLOT_BYTES + 1);
-            for (int64_t o = 0; o < c.args.num_outputs; o++) kvc_kit_slot_row(&c.args, o, rows + o * KVC_SLOT_BYTES);
-            snprintf(path, sizeof path, "%s/%s/%s.canon.bin", golden, g[i].dir, g[i].name);
-            canon = kvc_kit_read_file(path, &len);
-            if (!canon || len != (size_t)c.args.num_outputs * KVC_SLOT_BYTES ||
-                memcmp(rows, canon, len) != 0) {
-                snprintf(msg, sizeof msg, "bytes differ from %.400s", path);
-                bad = 1;
-            }
-            if (!bad && g[i].has_ref) {
-                snprintf(path, sizeof path, "%s/%s/%s.ref.bin", golden, g[i].dir, g[i].name);
-                ref = kvc_kit_read_file(path, &len);
-                int64_t differ;
-                if (!ref || kvc_kit_conforms(rows, ref, c.args.num_outputs, g[i].params.nope_format != 0, &differ,
-                                             msg, sizeof msg))
-                    bad = 1;
-            }
-        }
-        printf("%-4s golden %-58s %s\n", bad ? "FAIL" : "ok", g[i].name, msg);
-        bad ? failed++ : passed++;
-        free(rows);
-        free(canon);
-        free(ref);
-        kvc_case_free(&c);
-    }
-    free(g);
-    /* random shapes: exact against the CPU backend */
-    static const long long Cs[] = {1, 3, 8, 100, 128, 256, 512, 1000}, bss[] = {1, 7, 8, 16, 64}, Ss[] = {1, 2, 64};
-    for (int i = 0; i < nrandom; i++) {
-        kvc_case_params p;
-        memset(&p, 0, sizeof p);
-        uint64_t u = kvc_rand_u64(4242, 7, (uint64_t)i);
-        p.compress_ratio = Cs[u % 8];
-        p.block_size = bss[(u >> 8) % 5];
-        p.kv_block_size = Ss[(u >> 16) % 3];
-        p.num_reqs = 1 + (int64_t)((u >> 24) % 3);
-        p.total_tokens = p.num_reqs * (p.compress_ratio * (int64_t)(1 + (u >> 32) % 4) + (int64_t)((u >> 40) % 7));
-        p.shuffle = (int)((u >> 48) & 1);
-        p.nope_format = (kvc_nope_format)((u >> 49) & 1);
-        p.cos_sin_layout = (kvc_cos_sin_layout)((u >> 50) & 1);
-        p.overlap = p.compress_ratio <= 100 && ((u >> 51) & 1) ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
-        p.seed = 5000 + (uint64_t)i;
-        char name[128], msg[256] = "";
-        snprintf(name, sizeof name, "random C=%lld block=%lld S=%lld reqs=%lld tokens=%lld %s %s%s",
-                 (long long)p.compress_ratio, (long long)p.block_size, (long long)p.kv_block_size,
-                 (long long)p.num_reqs, (long long)p.total_tokens, p.shuffle ? "shuffle" : "contig",
-                 p.nope_format ? "fp8" : "int8", p.overlap ? " overlap" : "");
-        kvc_case c;
-        int bad = kvc_case_generate(&p, threads, &c) != KVC_OK;
-        if (bad) snprintf(msg, sizeof msg, "%s", kvc_last_error_message());
-        uint8_t *ref = bad ? NULL : cpu_reference_rows(&c, 1, 1);
-        if (!bad && !ref) {
-            snprintf(msg, sizeof msg, "CPU: %s", kvc_last_error_message());
-            bad = 1;
-        }
-        if (!bad) {
-            kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, 9);
-            bench_result r;
-            memset(&r, 0, sizeof r);
-            if (gpu) bad = device_case(be, &c, 1, 0, &r) != 0;
-            else {
-                kvc_exec ex;
-                kvc_exec_init(&ex);
-                ex.backend = KVC_BACKEND_CPU;
-                ex.num_threads = threads;
-                bad = kvc_compress(&c.args, &ex, NULL) != KVC_OK;
-                snprintf(r.message, sizeof r.message, "%s", kvc_last_error_message());
-            }
-            if (bad) snprintf(msg, sizeof msg, "%.250s", r.message);
-            else bad = compare_rows(&c, ref, msg, sizeof msg);
-        }
-        printf("%-4s %s %s\n", bad ? "FAIL" : "ok", name, msg);
-        bad ? failed++ : passed++;
-        free(ref);
-        if (c.state_cache) kvc_case_free(&c);
-    }
+    /* the conformance matrix of tests/test_backends.c (tools/kit/kvc_conform.c) */
+    kvc_conform_opts o = {be, threads, ng < 0 ? NULL : golden, nrandom, nrandom > 0, stdout};
+    kvc_conform_result res;
+    kvc_kit_conform(&o, &res);
+    const int passed = res.passed, failed = res.failed;
     printf("%d passed, %d failed\n", passed, failed);
     if (passed + failed == 0) {
         fprintf(stderr, "kvcompress: verify checked nothing\n");

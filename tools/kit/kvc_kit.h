@@ -7,6 +7,7 @@
 #define KVC_KIT_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "kvcompress.h"
@@ -74,6 +75,26 @@ kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_sta
 void kvc_kit_tensors(const kvc_args *a, const void *ptrs[9], size_t bytes[9]);
 /** Point the nine tensor fields of `a` (same order) at ptrs (device pointers or cl_mem handles). */
 void kvc_kit_rebind(kvc_args *a, void *const ptrs[9]);
+
+/** The conformance matrix (kvc_conform.c): what to run it on. */
+typedef struct kvc_conform_opts {
+    kvc_backend backend;  /* CPU, CUDA or OpenCL: the backend under test           */
+    int threads;          /* CPU under test: worker threads (the reference: all)    */
+    const char *golden;   /* golden data folder (manifest + cases.tsv), or NULL     */
+    int nrandom;          /* random shapes (the verify set), 0 = none               */
+    int paths;            /* 1: also the GPU-path shapes                            */
+    FILE *log;            /* one line per case; NULL: failures only, to stderr      */
+} kvc_conform_opts;
+typedef struct kvc_conform_result {
+    int passed, failed;
+} kvc_conform_result;
+/**
+ * Every case of the matrix through o->backend, byte for byte against the CPU
+ * backend on identically poisoned KV caches (golden cases also against their
+ * canonical bytes and the reference's SPEC 4 / 7 conformance).
+ * @return 0, or -1 when o->golden holds no golden index (message on stderr).
+ */
+int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r);
 
 /** Fill `n` bytes with a deterministic non-zero pattern (poison). */
 void kvc_kit_poison(uint8_t *p, size_t n, uint64_t seed);

@@ -1,0 +1,219 @@
+/*
+ * kvc_conform.c -- the conformance matrix (like ggml's test-backend-ops): one
+ * backend over the golden cases, random shapes and the GPU-path shapes, each
+ * case byte for byte against the CPU backend on an identically poisoned KV
+ * cache (the written slots and every byte that must stay untouched), and the
+ * golden cases also against their canonical bytes and, where the statement's
+ * reference exists, its SPEC 4 / 7 conformance.  tests/test_backends.c and
+ * `kvcompress verify` both run it.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvc_kit.h"
+
+/* The case through the backend under test (host-resident args; GPU kits copy
+ * in and out).  The GPU's first device-side error comes back as a status. */
+static kvc_status run_backend(const kvc_conform_opts *o, const kvc_args *a, char *msg, size_t len) {
+    kvc_status st;
+    if (o->backend == KVC_BACKEND_CPU) {
+        kvc_exec ex;
+        kvc_exec_init(&ex);
+        ex.backend = KVC_BACKEND_CPU;
+        ex.num_threads = o->threads;
+        st = kvc_compress(a, &ex, NULL);
+    } else if (o->backend == KVC_BACKEND_CUDA) {
+#ifdef KVC_KIT_WITH_CUDA
+        st = kvc_kit_cuda_run(a, NULL, NULL);
+#else
+        st = KVC_ERROR_BACKEND_UNAVAILABLE;
+#endif
+    } else {
+#ifdef KVC_KIT_WITH_OPENCL
+        st = kvc_kit_opencl_run(a, NULL, NULL);
+#else
+        st = KVC_ERROR_BACKEND_UNAVAILABLE;
+#endif
+    }
+    if (st != KVC_OK) snprintf(msg, len, "%s: %.300s", kvc_status_string(st), kvc_last_error_message());
+    return st;
+}
+
+/* Slots 0 .. num_outputs - 1 as golden rows (the golden cases write output o to slot o). */
+static uint8_t *slot_rows(const kvc_case *c) {
+    const int64_t n = c->args.num_outputs;
+    uint8_t *rows = malloc((size_t)(n > 0 ? n : 1) * KVC_SLOT_BYTES);
+    if (rows)
+        for (int64_t o = 0; o < n; o++) kvc_kit_slot_row(&c->args, o, rows + o * KVC_SLOT_BYTES);
+    return rows;
+}
+
+/* The golden checks of one case: canonical bytes, then the reference's conformance. */
+static int golden_bytes(const char *dir, const kvc_golden_case *g, const kvc_case *c, char *msg, size_t len) {
+    char path[4096];
+    size_t n = 0;
+    uint8_t *rows = slot_rows(c), *canon, *ref = NULL;
+    snprintf(path, sizeof path, "%s/%s/%s.canon.bin", dir, g->dir, g->name);
+    canon = kvc_kit_read_file(path, &n);
+    int bad = !rows || !canon || n != (size_t)c->args.num_outputs * KVC_SLOT_BYTES || memcmp(rows, canon, n) != 0;
+    if (bad) snprintf(msg, len, "bytes differ from %.400s", path);
+    if (!bad && g->has_ref) {
+        snprintf(path, sizeof path, "%s/%s/%s.ref.bin", dir, g->dir, g->name);
+        ref = kvc_kit_read_file(path, &n);
+        int64_t differ;
+        bad = !ref || kvc_kit_conforms(rows, ref, c->args.num_outputs, g->params.nope_format != KVC_NOPE_INT8, &differ,
+                                       msg, len);
+    }
+    free(rows);
+    free(canon);
+    free(ref);
+    return bad;
+}
+
+/* One case: the CPU backend (all cores) and the backend under test on the
+ * same poison; every byte of the two KV caches equal.  @return 0 = pass. */
+static int one_case(const kvc_conform_opts *o, kvc_case *c, uint64_t seed, char *msg, size_t len) {
+    const size_t bytes = c->kv_cache_bytes;
+    uint8_t *want = malloc(bytes ? bytes : 1);
+    if (!want) {
+        snprintf(msg, len, "out of memory");
+        return 1;
+    }
+    kvc_kit_poison(want, bytes, seed);
+    kvc_args ref = c->args;
+    ref.kv_cache = want;
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_CPU;
+    int bad = 0;
+    if (kvc_compress(&ref, &ex, NULL) != KVC_OK) {
+        snprintf(msg, len, "CPU reference: %.300s", kvc_last_error_message());
+        bad = 1;
+    }
+    if (!bad) {
+        kvc_kit_poison(c->kv_cache, bytes, seed);
+        bad = run_backend(o, &c->args, msg, len) != KVC_OK;
+    }
+    if (!bad && memcmp(c->kv_cache, want, bytes) != 0) {
+        size_t k = 0;
+        while (c->kv_cache[k] == want[k]) k++;
+        const int64_t ps = c->args.page_stride ? c->args.page_stride : KVC_SLOT_BYTES * c->args.kv_block_size;
+        snprintf(msg, len, "kv_cache byte %zu (page %lld, offset %lld): 0x%02x, CPU 0x%02x", k,
+                 (long long)(k / (size_t)ps), (long long)(k % (size_t)ps), c->kv_cache[k], want[k]);
+        bad = 1;
+    }
+    free(want);
+    return bad;
+}
+
+static void report(const kvc_conform_opts *o, kvc_conform_result *r, int bad, const char *kind, const char *name,
+                   const char *msg) {
+    bad ? r->failed++ : r->passed++;
+    FILE *f = o->log ? o->log : (bad ? stderr : NULL);
+    if (f) fprintf(f, "%-4s %s %s %s\n", bad ? "FAIL" : "ok", kind, name, msg);
+}
+
+/* The verify set: random shapes over C, block size, slots per page, requests,
+ * padding tokens, layout, format, RoPE layout and overlap. */
+static void random_params(int i, kvc_case_params *p) {
+    static const long long Cs[] = {1, 3, 8, 100, 128, 256, 512, 1000}, bss[] = {1, 7, 8, 16, 64}, Ss[] = {1, 2, 64};
+    memset(p, 0, sizeof *p);
+    uint64_t u = kvc_rand_u64(4242, 7, (uint64_t)i);
+    p->compress_ratio = Cs[u % 8];
+    p->block_size = bss[(u >> 8) % 5];
+    p->kv_block_size = Ss[(u >> 16) % 3];
+    p->num_reqs = 1 + (int64_t)((u >> 24) % 3);
+    p->total_tokens = p->num_reqs * (p->compress_ratio * (int64_t)(1 + (u >> 32) % 4) + (int64_t)((u >> 40) % 7));
+    p->shuffle = (int)((u >> 48) & 1);
+    p->nope_format = (kvc_nope_format)((u >> 49) & 1);
+    p->cos_sin_layout = (kvc_cos_sin_layout)((u >> 50) & 1);
+    p->overlap = p->compress_ratio <= 100 && ((u >> 51) & 1) ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
+    p->seed = 5000 + (uint64_t)i;
+}
+
+/* The GPU-path shapes (the OpenCL chunk plans of 1..8 chunks of 4..32
+ * segments; the CUDA one-segment, chunked and multi-chunk kernels), with a
+ * NaN score and a padding output where marked. */
+typedef struct {
+    int64_t reqs, tokens, C, bs, S;
+    int shuffle, fp8, nan, pad, overlap;
+} path_shape;
+static const path_shape k_paths[] = {
+    {2, 512, 32, 8, 64, 1, 0, 1, 1, 0},   {1, 512, 128, 8, 64, 1, 0, 1, 1, 0}, {1, 1024, 512, 8, 2, 0, 1, 0, 0, 0},
+    {1, 1024, 1024, 16, 64, 1, 0, 0, 1, 0}, {1, 2048, 2048, 8, 64, 1, 1, 0, 0, 0}, {3, 777, 4, 4, 64, 1, 1, 1, 1, 1},
+    {2, 4096, 128, 64, 2, 1, 1, 0, 1, 0},
+};
+
+int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
+    memset(r, 0, sizeof *r);
+    char msg[512];
+    kvc_golden_case *g = NULL;
+    const int ng = o->golden ? kvc_kit_load_index(o->golden, &g) : 0;
+    if (ng < 0) return -1;
+    for (int i = 0; i < ng; i++) {
+        kvc_case c;
+        memset(&c, 0, sizeof c);
+        msg[0] = 0;
+        int bad = kvc_case_generate(&g[i].params, 0, &c) != KVC_OK;
+        if (bad) snprintf(msg, sizeof msg, "generate: %.300s", kvc_last_error_message());
+        if (!bad) bad = kvc_kit_check_inputs(&g[i], &c, msg, sizeof msg);
+        if (!bad) bad = one_case(o, &c, 7 + (uint64_t)i, msg, sizeof msg);
+        if (!bad) bad = golden_bytes(o->golden, &g[i], &c, msg, sizeof msg);
+        report(o, r, bad, "golden", g[i].name, msg);
+        if (c.state_cache) kvc_case_free(&c);
+    }
+    free(g);
+    for (int i = 0; i < o->nrandom; i++) {
+        kvc_case_params p;
+        random_params(i, &p);
+        char name[160];
+        snprintf(name, sizeof name, "C=%lld block=%lld S=%lld reqs=%lld tokens=%lld %s %s%s",
+                 (long long)p.compress_ratio, (long long)p.block_size, (long long)p.kv_block_size,
+                 (long long)p.num_reqs, (long long)p.total_tokens, p.shuffle ? "shuffle" : "contig",
+                 p.nope_format ? "fp8" : "int8", p.overlap ? " overlap" : "");
+        kvc_case c;
+        memset(&c, 0, sizeof c);
+        msg[0] = 0;
+        int bad = kvc_case_generate(&p, 0, &c) != KVC_OK;
+        if (bad) snprintf(msg, sizeof msg, "generate: %.300s", kvc_last_error_message());
+        else bad = one_case(o, &c, 9 + (uint64_t)i, msg, sizeof msg);
+        report(o, r, bad, "random", name, msg);
+        if (c.state_cache) kvc_case_free(&c);
+    }
+    for (int i = 0; o->paths && i < (int)(sizeof k_paths / sizeof k_paths[0]); i++) {
+        const path_shape *s = &k_paths[i];
+        kvc_case_params p;
+        memset(&p, 0, sizeof p);
+        p.num_reqs = s->reqs;
+        p.total_tokens = s->tokens;
+        p.compress_ratio = s->C;
+        p.block_size = s->bs;
+        p.kv_block_size = s->S;
+        p.shuffle = s->shuffle;
+        p.nope_format = s->fp8 ? KVC_NOPE_FP8_E4M3 : KVC_NOPE_INT8;
+        p.overlap = s->overlap ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
+        p.seed = 900 + (uint64_t)i;
+        kvc_case_poison nan = {0, s->C - 3, 512 + 77, NAN}; /* a NaN score in the first window */
+        if (s->nan) {
+            p.num_poison = 1;
+            p.poison = &nan;
+        }
+        char name[160];
+        snprintf(name, sizeof name, "C=%lld block=%lld S=%lld reqs=%lld tokens=%lld%s%s%s%s",
+                 (long long)s->C, (long long)s->bs, (long long)s->S, (long long)s->reqs, (long long)s->tokens,
+                 s->fp8 ? " fp8" : "", s->overlap ? " overlap" : "", s->nan ? " nan" : "", s->pad ? " padding" : "");
+        kvc_case c;
+        memset(&c, 0, sizeof c);
+        msg[0] = 0;
+        int bad = kvc_case_generate(&p, 0, &c) != KVC_OK;
+        if (bad) snprintf(msg, sizeof msg, "generate: %.300s", kvc_last_error_message());
+        if (!bad && s->pad && c.args.num_outputs > 1) /* the second output is a padding slot */
+            c.kv_slot_mapping[c.boundary_token_indices[1]] = -1;
+        if (!bad) bad = one_case(o, &c, 11 + (uint64_t)i, msg, sizeof msg);
+        report(o, r, bad, "path", name, msg);
+        if (c.state_cache) kvc_case_free(&c);
+    }
+    return 0;
+}
