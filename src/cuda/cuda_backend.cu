@@ -53,65 +53,10 @@
 #include "kvc_check.h"
 #include "kvc_internal.h"
 
-/* Tuning knobs (compile time; bench/NOTES.md has the measurements). */
-#ifndef KVC_CUDA_DPT
-#define KVC_CUDA_DPT 0         /* main kernel: dims per thread, 1 or 2; 0 = auto per call */
-#endif
-#ifndef KVC_CUDA_MINB
-#define KVC_CUDA_MINB 2        /* resident CTAs per SM asked of the compiler */
-#endif
-#ifndef KVC_CUDA_LDHINT
-#define KVC_CUDA_LDHINT 0      /* state loads: 0 __ldcs (streaming), 1 __ldg */
-#endif
-#ifndef KVC_CUDA_CHDIV
-#define KVC_CUDA_CHDIV 132     /* chunk size ~ total segments / CHDIV          */
-#endif
-#if KVC_CUDA_LDHINT == 1
-#define KVC_LD(p) __ldg(p)
-#else
+#include "cuda_tuning.h"
+
+/* state loads: streaming (evict-first); __ldg measured no better */
 #define KVC_LD(p) __ldcs(p)
-#endif
-#ifndef KVC_CUDA_SPECIALIZE
-#define KVC_CUDA_SPECIALIZE 1  /* one kernel per full-chunk size             */
-#endif
-#define MAX_CH 16              /* segments per chunk (32 = 16 per lane measured
-                                  25% slower at 131k, C >= 256: bench/NOTES.md) */
-#ifndef KVC_CUDA_MAXCHUNKS
-#define KVC_CUDA_MAXCHUNKS 8   /* chunks per output at most                  */
-#endif
-#ifndef KVC_CUDA_LANES
-#define KVC_CUDA_LANES 2       /* lanes per CTA (DPT 2): 1 or 2             */
-#endif
-/* Diagnostic phase trace (build with -DKVC_CUDA_TRACE; never in a release
- * build): thread 0 of each CTA stamps %globaltimer and clock64 at phase
- * boundaries of compress_kernel; the benchmark kit prints a summary
- * (tools/kit/kvc_kit_cuda.cu; bench/NOTES.md, session 4). */
-#ifdef KVC_CUDA_TRACE
-#define KVC_TRACE_CTAS 16384
-__device__ unsigned long long g_kvc_trace[KVC_TRACE_CTAS * 8], g_kvc_clk[KVC_TRACE_CTAS * 8];
-#define TR(k)                                                                                          \
-    do {                                                                                               \
-        if (threadIdx.x == 0 && blockIdx.x < KVC_TRACE_CTAS) {                                         \
-            unsigned long long t_;                                                                     \
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                                     \
-            g_kvc_trace[blockIdx.x * 8 + (k)] = t_;                                                    \
-            g_kvc_clk[blockIdx.x * 8 + (k)] = clock64();                                               \
-        }                                                                                              \
-    } while (0)
-/* clear != 0: zero the stamps; else copy n of each array to t and c. */
-extern "C" int kvc_cuda_trace_copy(unsigned long long *t, unsigned long long *c, size_t n, int clear) {
-    if (clear) {
-        static unsigned long long z[KVC_TRACE_CTAS * 8];
-        return cudaMemcpyToSymbol(g_kvc_trace, z, sizeof z) != cudaSuccess ||
-               cudaMemcpyToSymbol(g_kvc_clk, z, sizeof z) != cudaSuccess;
-    }
-    if (n > KVC_TRACE_CTAS * 8) n = KVC_TRACE_CTAS * 8;
-    return cudaMemcpyFromSymbol(t, g_kvc_trace, n * 8) != cudaSuccess ||
-           cudaMemcpyFromSymbol(c, g_kvc_clk, n * 8) != cudaSuccess;
-}
-#else
-#define TR(k) ((void)0)
-#endif
 
 /* Per-launch constants (one struct, passed by value). */
 struct launch_params {
@@ -175,14 +120,10 @@ namespace ks = kvc_cuda_d2; /* the one-segment kernel's constants */
         default: NS::compress_kernel<0><<<blocks, threads, smem, s>>>(P); break;                           \
         }                                                                                                  \
     }
-#if KVC_CUDA_DPT != 2
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d1)
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d1f)
-#endif
-#if KVC_CUDA_DPT != 1
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2)
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2f)
-#endif
 
 /* ---- host side --------------------------------------------------------- */
 
@@ -327,14 +268,13 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     while (ch > 1 && ch > P.nseg) ch /= 2;
     P.ch = ch;
     P.nchunk = kvc_chunk_count(P.nseg, ch);
-    /* dims per thread of the main kernel.  Auto (KVC_CUDA_DPT 0): 1 for
+    /* dims per thread of the main kernel: 1 for
      * chunks of 16 full segments in at most two waves (one 512-thread lane
      * of 16 segments: faster for the 32k/65k-token cases), else 2 (two
      * 256-thread lanes of 8: faster for the 8k and 131k-token cases). */
     const int full = a->overlap == KVC_OVERLAP_OFF && P.rows % KVC_SEG == 0 && P.nseg % ch == 0;
-    int dpt = P.nseg == 1 ? 2 : KVC_CUDA_DPT; /* one-segment windows: ks (DPT 2) */
-    if (dpt == 0)
-        dpt = full && ch == 16 && nout * P.nchunk <= 2LL * KVC_CUDA_MINB * sm_count(dev) ? 1 : 2;
+    const int dpt = P.nseg == 1 ? 2 /* one-segment windows: ks (DPT 2) */
+                    : full && ch == 16 && nout * P.nchunk <= 2LL * KVC_CUDA_MINB * sm_count(dev) ? 1 : 2;
     const int max_lanes = dpt == 1 ? kvc_cuda_d1::kMaxLanes : kvc_cuda_d2::kMaxLanes;
     const int tree_max = dpt == 1 ? kvc_cuda_d1::kTreeMax : kvc_cuda_d2::kTreeMax;
     long long L = ch < max_lanes ? ch : max_lanes;
@@ -419,17 +359,13 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     size_t smem = (size_t)(L * 3 * 512) * sizeof(float); /* lane states; >= 512 + 8 floats for the finaliser */
     /* every chunk kk = ch / L full segments on the fast path: a kernel with
      * only that body (1/8 of the code, and faster) */
-    const int kf = KVC_CUDA_SPECIALIZE && P.fast && full ? (int)(ch / L) : 0;
-#if KVC_CUDA_DPT != 2
+    const int kf = P.fast && full ? (int)(ch / L) : 0;
     if (dpt == 1)
         (fastnum ? launch_main_kvc_cuda_d1f : launch_main_kvc_cuda_d1)(P, (unsigned)blocks, (unsigned)(kvc_cuda_d1::kDG * L),
                                                                      smem, stream, kf);
-#endif
-#if KVC_CUDA_DPT != 1
-    if (dpt == 2)
+    else
         (fastnum ? launch_main_kvc_cuda_d2f : launch_main_kvc_cuda_d2)(P, (unsigned)blocks, (unsigned)(kvc_cuda_d2::kDG * L),
                                                                      smem, stream, kf);
-#endif
     if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
     return KVC_OK;
 }

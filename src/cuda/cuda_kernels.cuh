@@ -2,17 +2,16 @@
  * cuda_kernels.cuh -- the CUDA backend's device code, for one number of
  * dimensions per thread: cuda_backend.cu includes it once per DPT, each time
  * inside its own namespace with DPT defined (kvc_cuda_d1, kvc_cuda_d2).  The
- * main kernel (compress_kernel) is compiled for DPT = KVC_CUDA_DPT, the
- * one-segment kernel (compress_small_kernel) for DPT = 2 (KVC_CUDA_DPT 0:
- * the main kernel for both; the host picks one per call).  No include guard
- * on purpose; every macro it defines is undefined at the end.
+ * main kernel (compress_kernel) is compiled for both DPTs (the host picks one
+ * per call), the one-segment kernel (compress_small_kernel) for DPT = 2.  No
+ * include guard on purpose; every macro it defines is undefined at the end.
  *
  * FASTNUM 1 compiles SPEC 8's FAST numerics (namespaces kvc_cuda_d1f,
  * kvc_cuda_d2f): the window reduction's exps by ex2.approx, its weighted sums
  * by fma; segments, tree order and finaliser unchanged.
  *
- * Needs: kvc_canon.h, kvc_check.h, kvc_internal.h, launch_params, TR(),
- * MAX_CH, KVC_LD and the tuning knobs of cuda_backend.cu.
+ * Needs: kvc_canon.h, kvc_check.h, kvc_internal.h, cuda_tuning.h,
+ * launch_params and KVC_LD (cuda_backend.cu).
  */
 #define DG (512 / DPT)         /* threads per lane                         */
 #define MAX_LANES (DPT == 2 ? KVC_CUDA_LANES : 1) /* lanes per CTA          */
@@ -496,7 +495,6 @@ __device__ void finish(const launch_params &P, const kvc_out_info &inf, const st
     if (q == 0 && bad) count(&P.status->outputs_nonfinite);
 }
 
-#if KVC_CUDA_DPT == 0 || DPT == KVC_CUDA_DPT /* the main kernel: for the DPTs in use */
 template <int KF>
 __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(const launch_params P) {
     extern __shared__ float smem[]; /* [MAX_LANES][3][512] states; finaliser scratch */
@@ -504,11 +502,9 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     __shared__ unsigned ticket;
     const int tid = threadIdx.x, q = tid % DG, lane = tid / DG;
     const long long o = blockIdx.x / P.nchunk, j = blockIdx.x % P.nchunk;
-    TR(0);
 
     kvc_out_info inf;
     const int chk = kvc_check_output(&P.a, o, &inf, 0);
-    TR(1);
     if (chk != KVC_CHECK_NONE) {
         if (j == 0 && tid == 0) {
             record_error(P.status, chk, o, inf.value);
@@ -531,7 +527,6 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     const long long rend = (cstart + csize) * KVC_SEG < P.rows ? (cstart + csize) * KVC_SEG : P.rows;
     fill_rows(P, inf, r0, (int)(rend - r0), &rt);
     __syncthreads();
-    TR(2);
     const int bad_rows = rt.bad;
     if (bad_rows && tid == 0) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, rt.bad_g);
 
@@ -540,7 +535,6 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
         if (lane < active) st = subtree_rt<KF>(P, &rt, r0, cstart + lane * kk, kk, q);
         merge_lanes(st, lane, active, q, smem);
     }
-    TR(3);
     if (P.nchunk == 1) {
         if (bad_rows) {
             if (tid == 0) count(&P.status->outputs_invalid);
@@ -560,7 +554,6 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     }
     __syncthreads();
     const unsigned t = ticket;
-    TR(4);
     if ((t & ~BAD_BIT) != (unsigned)(P.nchunk - 1)) return;
     __threadfence();
     if ((t & BAD_BIT) || bad_rows) { /* some chunk of this output saw a bad block */
@@ -594,13 +587,9 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
         for (int k = top - 1; k >= 0; k--) st_merge(stack[k], stack[k + 1]);
         st = stack[0];
     }
-    TR(5);
     if (lane != 0) return;
     finish(P, inf, st, q, smem);
-    TR(6);
 }
-#endif
-
 
 #if DPT == 2 /* the one-segment kernel is written for 2 dims per thread */
 /*
@@ -613,10 +602,6 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
  * are reduced and finalised one after another, the next output's loads in
  * flight during the current one's finalisation.
  */
-#define SMALL_K 32 /* outputs per CTA at most */
-#ifndef KVC_CUDA_SMALL_MINB
-#define KVC_CUDA_SMALL_MINB 3 /* small kernel: resident CTAs per SM asked of the compiler */
-#endif
 #define SMALL_MINB KVC_CUDA_SMALL_MINB
 
 struct small_rows {
@@ -736,7 +721,6 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
 constexpr int kDG = DG, kMaxLanes = MAX_LANES, kTreeMax = TREE_MAX;
 #if DPT == 2
 constexpr int kSmallK = SMALL_K, kSmallMinb = SMALL_MINB;
-#undef SMALL_K
 #undef SMALL_MINB
 #endif
 #undef DG

@@ -117,47 +117,6 @@ static double median(std::vector<double> v) {
     return v.empty() ? 0 : v[v.size() / 2];
 }
 
-#ifdef KVC_CUDA_TRACE
-/* Diagnostic: the phase stamps of the last call (cuda_backend.cu, TR). */
-extern "C" int kvc_cuda_trace_copy(unsigned long long *t, unsigned long long *c, size_t n, int clear);
-static void trace_summary(void) {
-    const size_t n = 16384 * 8;
-    std::vector<unsigned long long> t(n), c(n);
-    if (kvc_cuda_trace_copy(t.data(), c.data(), n, 0)) return;
-    int khz = 0;
-    cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
-    unsigned long long t0 = ~0ull, tend = 0;
-    int ctas = 0;
-    for (size_t b = 0; b < n / 8; b++)
-        if (t[b * 8]) {
-            ctas++;
-            t0 = std::min(t0, t[b * 8]);
-            for (int k = 0; k < 8; k++) tend = std::max(tend, t[b * 8 + k]);
-        }
-    if (!ctas) return;
-    fprintf(stderr, "trace: %d CTAs, kernel span %.2f us (globaltimer), SM clock %d MHz\n", ctas, (tend - t0) * 1e-3, khz / 1000);
-    for (int k = 0; k < 7; k++) {
-        std::vector<double> at, dur;
-        for (size_t b = 0; b < n / 8; b++) {
-            if (!t[b * 8] || t[b * 8 + k] < t[b * 8]) continue; /* not stamped in the last call */
-            at.push_back((t[b * 8 + k] - t0) * 1e-3);
-            if (k > 0) {
-                int pk = k - 1;
-                while (pk > 0 && !c[b * 8 + pk]) pk--;
-                dur.push_back((double)(c[b * 8 + k] - c[b * 8 + pk]) / (khz * 1e-3));
-            }
-        }
-        if (at.empty()) continue;
-        std::sort(at.begin(), at.end());
-        std::sort(dur.begin(), dur.end());
-        fprintf(stderr, "  stamp %d: %5zu CTAs at %6.2f / %6.2f / %6.2f us (min/med/max)", k, at.size(), at[0],
-                at[at.size() / 2], at.back());
-        if (!dur.empty())
-            fprintf(stderr, "  since previous: %6.2f / %6.2f / %6.2f us", dur[0], dur[dur.size() / 2], dur.back());
-        fprintf(stderr, "\n");
-    }
-}
-#endif
 
 /* The floor's buffer: grown to the largest case, never shrunk. */
 static float4 *g_floor;
@@ -193,9 +152,6 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
         g_floor_bytes = fbytes;
     }
     if (!g_floor_sink) CK(cudaMalloc(&g_floor_sink, 4));
-#ifdef KVC_CUDA_TRACE
-    kvc_cuda_trace_copy(NULL, NULL, 0, 1);
-#endif
     for (int i = -10; i < repeat; i++) { /* 10 warm-up calls; the floor after each call */
         if (fbytes) {
             flush_l2(0);
@@ -227,9 +183,6 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
                  kvc_status_string(out->status), s.check, (long long)s.output, (long long)s.value);
         goto done;
     }
-#ifdef KVC_CUDA_TRACE
-    trace_summary();
-#endif
     CK(cudaMemcpy(c->kv_cache, x.d.kv_cache, x.kv_bytes, cudaMemcpyDeviceToHost));
     out->median_us = median(t);
     out->min_us = t.empty() ? 0 : *std::min_element(t.begin(), t.end());
