@@ -3,6 +3,7 @@
 # binaries of devbin/ (built here, carried there) and writes every result
 # under $OUT.  Usage: bench/scripts/h200.sh step [step ...]
 #   golden    golden + semantics suites on CUDA, verify
+#   backends  tests/test_backends.c on CUDA (the conformance matrix against the CPU)
 #   modes     FAST numerics (golden numerics=fast, test_cuda_fast) and two streams (test_cuda_streams;
 #             devbin/test_cuda_streams_old, if present, is the same test built on the previous library)
 #   xfloor    kvcompress bench with x_floor: headline exact and fast, engine exact and fast
@@ -31,6 +32,9 @@ for s in "$@"; do
     $D/test_golden $G backend=cuda repeat=3 2>&1 | tail -2
     $D/test_semantics backend=cuda 2>&1 | tail -4
     $D/kvc verify --backend cuda --golden $G --random 60 2>&1 | tail -3 ;;
+  backends)
+    step backends
+    $D/test_backends $G backends=cuda random=60 2>&1 | tail -3 ;;
   modes)
     step modes
     $D/test_golden $G backend=cuda numerics=fast 2>&1 | tee $OUT/golden-fast.txt | tail -2
