@@ -310,21 +310,16 @@ KVC_API int kvc_backend_available(kvc_backend backend);
 KVC_API int kvc_cpu_default_threads(void);
 
 /**
- * kvc_cuda_read_status() -- wait for `exec->stream`, then copy the device
- * status word of the last call on that stream and device (or
- * exec->device_status) to `out`.  @return KVC_OK, KVC_ERROR_BACKEND_UNAVAILABLE without CUDA, or
- * KVC_ERROR_DEVICE.  Synchronises the stream: call it when you choose to.
+ * kvc_read_status() -- the device status word of the last call of a GPU
+ * backend (exec->backend: CUDA or OpenCL) on exec's stream / queue, or
+ * exec->device_status if set; waits for that stream / queue.  The backend
+ * headers name it per backend: kvc_cuda_read_status() in kvcompress_cuda.h,
+ * kvc_opencl_read_status() in kvcompress_opencl.h.
+ * @return KVC_OK; KVC_ERROR_BACKEND_UNAVAILABLE for a backend that is not
+ * compiled in or has no status word (CPU: its report is complete); or a
+ * device error.
  */
-KVC_API kvc_status kvc_cuda_read_status(const kvc_exec *exec,
-                                        kvc_device_status *out);
-
-/**
- * kvc_opencl_read_status() -- read (blocking, on exec->stream, the
- * cl_command_queue) the device status word of the last OpenCL call in that
- * queue's context, or exec->device_status (a cl_mem) if set.
- * @return KVC_OK, KVC_ERROR_BACKEND_UNAVAILABLE without OpenCL, or an error.
- */
-KVC_API kvc_status kvc_opencl_read_status(const kvc_exec *exec, kvc_device_status *out);
+KVC_API kvc_status kvc_read_status(const kvc_exec *exec, kvc_device_status *out);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,7 @@
  * Exit 0 pass, 1 fail, 77 no CUDA device.
  */
 #include "cuda_case.cuh"
+#include "kvcompress_cuda.h"
 
 static const char *kSpecs[] = {
     "reqs=2,tokens=8192,C=128,block=8",

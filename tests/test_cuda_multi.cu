@@ -9,6 +9,7 @@
  * runs on cuda:0.  Exit 0 pass, 1 fail, 77 no CUDA device.
  */
 #include "cuda_case.cuh"
+#include "kvcompress_cuda.h"
 
 static const char *kSpecs[2] = {"reqs=2,tokens=8192,C=128,block=8,layout=shuffle",
                                 "reqs=4,tokens=4096,C=4,block=8,overlap=1,format=fp8"};

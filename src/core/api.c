@@ -1,7 +1,9 @@
-/* api.c -- argument defaults and backend dispatch. */
+/* api.c -- argument defaults and dispatch through the backend table (kvc_backend.h). */
 #include <string.h>
 
-#include "kvc_internal.h"
+#include "kvc_backend.h"
+#include "kvcompress_cuda.h"
+#include "kvcompress_opencl.h"
 
 void kvc_args_init(kvc_args *args) {
     if (!args) return;
@@ -17,26 +19,23 @@ void kvc_exec_init(kvc_exec *exec) {
     exec->device = -1;
 }
 
-int kvc_backend_available(kvc_backend backend) {
-    switch (backend) {
-    case KVC_BACKEND_AUTO:
-    case KVC_BACKEND_CPU: return 1;
-#ifdef KVC_WITH_CUDA
-    case KVC_BACKEND_CUDA: return kvc_cuda_available();
-#endif
-#ifdef KVC_WITH_OPENCL
-    case KVC_BACKEND_OPENCL: return kvc_opencl_available();
-#endif
-    default: return 0;
-    }
+/* The compiled backend with this id, or NULL. */
+static const kvc_backend_ops *find_backend(kvc_backend id) {
+    for (const kvc_backend_ops *const *b = kvc_backends; *b; b++)
+        if ((*b)->id == id) return *b;
+    return NULL;
 }
 
+int kvc_backend_available(kvc_backend backend) {
+    if (backend == KVC_BACKEND_AUTO) return 1;
+    const kvc_backend_ops *b = find_backend(backend);
+    return b && b->available();
+}
+
+/* AUTO: the first backend that owns state_cache's memory, else the CPU. */
 static kvc_backend pick_auto(const kvc_args *a) {
-#ifdef KVC_WITH_CUDA
-    if (a->state_cache && kvc_cuda_is_device_pointer(a->state_cache)) return KVC_BACKEND_CUDA;
-#else
-    (void)a;
-#endif
+    for (const kvc_backend_ops *const *b = kvc_backends; *b; b++)
+        if ((*b)->owns && a->state_cache && (*b)->owns(a->state_cache)) return (*b)->id;
     return KVC_BACKEND_CPU;
 }
 
@@ -53,46 +52,42 @@ kvc_status kvc_compress(const kvc_args *args, const kvc_exec *exec, kvc_report *
     if (st != KVC_OK) return st;
     if (exec->num_threads < 0 || exec->num_threads > 1024)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->num_threads = %d outside [0, 1024]", exec->num_threads);
-    kvc_backend b = exec->backend == KVC_BACKEND_AUTO ? pick_auto(&a) : exec->backend;
-    if ((st = kvc_check_aliasing(&a, b == KVC_BACKEND_OPENCL)) != KVC_OK) return st;
-    switch (b) {
-    case KVC_BACKEND_CPU: return kvc_cpu_compress(&a, exec, report);
-#ifdef KVC_WITH_CUDA
-    case KVC_BACKEND_CUDA: return kvc_cuda_compress(&a, exec, report);
-#endif
-#ifdef KVC_WITH_OPENCL
-    case KVC_BACKEND_OPENCL: return kvc_opencl_compress(&a, exec, report);
-#endif
-#ifndef KVC_WITH_CUDA
-    case KVC_BACKEND_CUDA:
-#endif
-#ifndef KVC_WITH_OPENCL
-    case KVC_BACKEND_OPENCL:
-#endif
+    const kvc_backend id = exec->backend == KVC_BACKEND_AUTO ? pick_auto(&a) : exec->backend;
+    if (id < KVC_BACKEND_CPU || id > KVC_BACKEND_OPENCL)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->backend = %d is not a kvc_backend", (int)id);
+    const kvc_backend_ops *b = find_backend(id);
+    if (!b)
         return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "exec->backend = %d: this library was built without it",
-                        (int)b);
-    default:
-        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->backend = %d is not a kvc_backend", (int)b);
-    }
+                        (int)id);
+    if ((st = kvc_check_aliasing(&a, b->handles)) != KVC_OK) return st;
+    return b->compress(&a, exec, report);
 }
 
-kvc_status kvc_cuda_read_status(const kvc_exec *exec, kvc_device_status *out) {
+kvc_status kvc_read_status(const kvc_exec *exec, kvc_device_status *out) {
     kvc_clear_error();
-    if (!out) return kvc_fail(KVC_ERROR_NULL_POINTER, "out = NULL");
-#ifdef KVC_WITH_CUDA
-    return kvc_cuda_read_status_impl(exec, out);
-#else
-    (void)exec;
-    return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "this library was built without CUDA");
-#endif
+    if (!out || !exec) return kvc_fail(KVC_ERROR_NULL_POINTER, "%s = NULL", out ? "exec" : "out");
+    const kvc_backend_ops *b = find_backend(exec->backend);
+    if (!b || !b->read_status)
+        return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "exec->backend = %d: %s", (int)exec->backend,
+                        b ? "a synchronous backend has no device status word" : "not compiled into this library");
+    return b->read_status(exec, out);
+}
+
+/* The backend headers' named forms of kvc_read_status. */
+kvc_status kvc_cuda_read_status(const kvc_exec *exec, kvc_device_status *out) {
+    kvc_exec e;
+    if (exec) e = *exec;
+    else kvc_exec_init(&e);
+    e.backend = KVC_BACKEND_CUDA;
+    return kvc_read_status(&e, out);
 }
 
 kvc_status kvc_opencl_read_status(const kvc_exec *exec, kvc_device_status *out) {
-    kvc_clear_error();
-    if (!out || !exec) return kvc_fail(KVC_ERROR_NULL_POINTER, "%s = NULL", out ? "exec" : "out");
-#ifdef KVC_WITH_OPENCL
-    return kvc_opencl_read_status_impl(exec, out);
-#else
-    return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "this library was built without OpenCL");
-#endif
+    if (!exec) {
+        kvc_clear_error();
+        return kvc_fail(KVC_ERROR_NULL_POINTER, "exec = NULL");
+    }
+    kvc_exec e = *exec;
+    e.backend = KVC_BACKEND_OPENCL;
+    return kvc_read_status(&e, out);
 }

@@ -48,22 +48,6 @@ KVC_HIDDEN kvc_status kvc_check_indices(const kvc_args *a, int64_t *padding);
 KVC_HIDDEN kvc_status kvc_fail_check(const kvc_args *a, int check, int64_t o,
                                      int64_t value, int64_t aux);
 
-/* Backends: resolved, shape-checked args. */
-KVC_HIDDEN kvc_status kvc_cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep);
-
-#ifdef KVC_WITH_CUDA
-KVC_HIDDEN kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep);
-KVC_HIDDEN int kvc_cuda_available(void);
-KVC_HIDDEN int kvc_cuda_is_device_pointer(const void *p);
-KVC_HIDDEN kvc_status kvc_cuda_read_status_impl(const kvc_exec *e, kvc_device_status *out);
-#endif
-
-#ifdef KVC_WITH_OPENCL
-KVC_HIDDEN kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep);
-KVC_HIDDEN int kvc_opencl_available(void);
-KVC_HIDDEN kvc_status kvc_opencl_read_status_impl(const kvc_exec *e, kvc_device_status *out);
-#endif
-
 #ifdef __cplusplus
 }
 #endif

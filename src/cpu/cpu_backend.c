@@ -17,7 +17,7 @@
 
 #include "kvc_canon.h"
 #include "kvc_check.h"
-#include "kvc_internal.h"
+#include "kvc_backend.h"
 
 #define D 512
 
@@ -217,7 +217,7 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-kvc_status kvc_cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
+static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
     int64_t padding = 0;
     kvc_status st = kvc_check_indices(a, &padding);
     if (st != KVC_OK) return st;
@@ -276,3 +276,7 @@ kvc_status kvc_cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report *re
     }
     return KVC_OK;
 }
+
+static int cpu_available(void) { return 1; }
+
+const kvc_backend_ops kvc_backend_cpu = {KVC_BACKEND_CPU, "cpu", cpu_available, NULL, cpu_compress, NULL, 0};

@@ -51,7 +51,7 @@
 
 #include "kvc_canon.h"
 #include "kvc_check.h"
-#include "kvc_internal.h"
+#include "kvc_backend.h"
 
 #include "cuda_tuning.h"
 
@@ -169,12 +169,12 @@ static kvc_status cuda_fail(cudaError_t e, const char *what) {
                     "CUDA %s: %s", what, cudaGetErrorString(e));
 }
 
-extern "C" int kvc_cuda_available(void) {
+static int cuda_available(void) {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-extern "C" int kvc_cuda_is_device_pointer(const void *p) {
+static int cuda_owns(const void *p) {
     cudaPointerAttributes at;
     if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
         cudaGetLastError();
@@ -211,7 +211,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
 /* The call runs on exec->device, or (-1) on the device that holds the
  * tensors; every tensor in device memory must be on that device.  The
  * calling thread's current device is restored afterwards. */
-extern "C" kvc_status kvc_cuda_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
+static kvc_status cuda_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
     int prev = 0, dev = e->device;
     cudaError_t err;
     if ((err = cudaGetDevice(&prev)) != cudaSuccess) return cuda_fail(err, "cudaGetDevice");
@@ -370,7 +370,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     return KVC_OK;
 }
 
-extern "C" kvc_status kvc_cuda_read_status_impl(const kvc_exec *e, kvc_device_status *out) {
+static kvc_status cuda_read_status(const kvc_exec *e, kvc_device_status *out) {
     int dev = e && e->device >= 0 ? e->device : -1;
     cudaError_t err;
     if (dev < 0 && (err = cudaGetDevice(&dev)) != cudaSuccess) return cuda_fail(err, "cudaGetDevice");
@@ -392,3 +392,6 @@ extern "C" kvc_status kvc_cuda_read_status_impl(const kvc_exec *e, kvc_device_st
     if ((err = cudaStreamSynchronize(stream)) != cudaSuccess) return cuda_fail(err, "cudaStreamSynchronize");
     return KVC_OK;
 }
+
+extern "C" const kvc_backend_ops kvc_backend_cuda = {KVC_BACKEND_CUDA, "cuda", cuda_available, cuda_owns,
+                                                     cuda_compress, cuda_read_status, 0};

@@ -20,7 +20,7 @@
 #endif
 
 #include "kvc_check.h"
-#include "kvc_internal.h"
+#include "kvc_backend.h"
 #include "ptx_tune.h"
 
 extern const char kvc_opencl_source[];
@@ -63,7 +63,7 @@ static kvc_status cl_fail(cl_int err, const char *what) {
     return kvc_fail(KVC_ERROR_DEVICE, "OpenCL %s failed: error %d", what, (int)err);
 }
 
-int kvc_opencl_available(void) {
+static int opencl_available(void) {
     cl_uint np = 0;
     if (clGetPlatformIDs(0, NULL, &np) != CL_SUCCESS || np == 0) return 0;
     cl_platform_id plats[16];
@@ -314,7 +314,7 @@ static long long pow2_floor(long long x) {
     return p;
 }
 
-kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
+static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
     cl_command_queue q = (cl_command_queue)e->stream;
     if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: the OpenCL backend needs a cl_command_queue");
     if (rep) {
@@ -416,7 +416,7 @@ kvc_status kvc_opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     return KVC_OK;
 }
 
-kvc_status kvc_opencl_read_status_impl(const kvc_exec *e, kvc_device_status *out) {
+static kvc_status opencl_read_status(const kvc_exec *e, kvc_device_status *out) {
     cl_command_queue q = (cl_command_queue)e->stream;
     if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: need the cl_command_queue");
     cl_entry *ent;
@@ -436,3 +436,6 @@ kvc_status kvc_opencl_read_status_impl(const kvc_exec *e, kvc_device_status *out
     out->outputs_invalid = s.invalid;
     return KVC_OK;
 }
+
+const kvc_backend_ops kvc_backend_opencl = {KVC_BACKEND_OPENCL, "opencl", opencl_available, NULL, opencl_compress,
+                                            opencl_read_status, 1};

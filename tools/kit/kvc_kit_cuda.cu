@@ -14,6 +14,7 @@
 
 #include "bench_backend.h"
 #include "kvc_kit.h"
+#include "kvcompress_cuda.h"
 
 #define CK(x)                                                                          \
     do {                                                                               \

@@ -14,6 +14,7 @@
 
 #include "bench_backend.h"
 #include "kvc_kit.h"
+#include "kvcompress_opencl.h"
 
 static cl_context g_ctx;
 static cl_command_queue g_q;

@@ -1,0 +1,34 @@
+/*
+ * kvcompress_opencl.h -- the OpenCL backend's own API (kvcompress.h has the
+ * rest).
+ *
+ * With exec->backend = KVC_BACKEND_OPENCL, exec->stream is the
+ * cl_command_queue (required) and every tensor pointer of kvc_args holds a
+ * cl_mem (cast), the tensor at offset 0 of that buffer.  The call is
+ * enqueued without waiting; index values are checked by the kernel and the
+ * first error is recorded in the status word of the queue's context, which
+ * this function reads.  The device needs correctly rounded divide / sqrt and
+ * denormals (CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT, CL_FP_DENORM).
+ */
+#ifndef KVCOMPRESS_OPENCL_H
+#define KVCOMPRESS_OPENCL_H
+
+#include "kvcompress.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * kvc_opencl_read_status() -- read (blocking, on exec->stream, the
+ * cl_command_queue) the device status word of the last OpenCL call in that
+ * queue's context, or exec->device_status (a cl_mem) if set.
+ * kvc_read_status() with exec->backend set to OpenCL.
+ * @return KVC_OK, KVC_ERROR_BACKEND_UNAVAILABLE without OpenCL, or an error.
+ */
+KVC_API kvc_status kvc_opencl_read_status(const kvc_exec *exec, kvc_device_status *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVCOMPRESS_OPENCL_H */
