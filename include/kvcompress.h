@@ -5,7 +5,7 @@
  * output (a "boundary" token that closes a window of C = compress_ratio
  * tokens) the C rows of a paged fp32 state cache are reduced by a
  * per-dimension softmax-weighted sum, RMS-normalised, quantised and written as
- * one 584-byte slot of a paged KV cache.  The byte contract is docs/FORMAT.md
+ * one 584-byte slot of a paged KV cache.  The byte contract is docs/CONTRACT.md
  * (written from the project's SPEC); every backend produces identical bytes.
  *
  * Conventions
