@@ -1,16 +1,16 @@
 /*
  * test_opencl_paths.c -- the OpenCL backend's GPU-only kernels on any
- * OpenCL device: the straight-line 2-dims path (KVC_OPENCL_SPLIT=0), the
- * wide kernel (2, the GPU default) and the split kernel (3), byte for byte
- * against the CPU backend, on small cases that reach each branch: chunks of
+ * OpenCL device: the wide kernel (the GPU default) and the straight-line
+ * 2-dims path (test hook KVC_OPENCL_NO_WIDE=1), byte for byte against the
+ * CPU backend, on small cases that reach each branch: chunks of
  * 4, 8, 16 and 32 segments, one and several chunks per output, FP8 with 2
  * slots per page, a NaN score, padding slots.
  *
  * PoCL cannot run these kernels (bench/NOTES.md: it miscompiles the
- * straight-line forms and crashes building the split kernel), so CTest runs
- * this under Oclgrind, an OpenCL device simulator that also reports invalid
- * memory accesses (opencl_gpu_paths, with KVC_OPENCL_GPU_PATHS=1).  Without
- * KVC_OPENCL_GPU_PATHS=1 it skips.
+ * straight-line forms), so CTest runs this under Oclgrind, an OpenCL device
+ * simulator that also reports invalid memory accesses (opencl_gpu_paths,
+ * with KVC_OPENCL_GPU_PATHS=1).  Without KVC_OPENCL_GPU_PATHS=1, or in a
+ * library built without its test hooks (CMake KVC_TEST_HOOKS), it skips.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
@@ -111,9 +111,9 @@ int main(void) {
         {1, 1024, 1024, 16, 64, 1, 0, 0, 1},
         {1, 2048, 2048, 8, 64, 1, 1, 0, 0},
     };
-    const char *modes[] = {"2", "3", "0"};
-    for (int m = 0; m < 3; m++) {
-        setenv("KVC_OPENCL_SPLIT", modes[m], 1);
+    const char *modes[] = {"0", "1"}; /* KVC_OPENCL_NO_WIDE: the wide kernel, then the 2-dims one */
+    for (int m = 0; m < 2; m++) {
+        setenv("KVC_OPENCL_NO_WIDE", modes[m], 1);
         for (int i = 0; i < (int)(sizeof shapes / sizeof shapes[0]); i++) one(&shapes[i], modes[m], 900 + (uint64_t)i);
     }
     printf("%s (%d failures)\n", tu_failures ? "FAILED" : "passed", tu_failures);

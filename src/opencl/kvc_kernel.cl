@@ -40,14 +40,7 @@ typedef struct {
  * NVIDIA's compiler makes it two 4-byte loads; with every row 8-byte
  * aligned (pl.vec: buffers start aligned, both strides even) a float2
  * load is one 8-byte load (H200: bench/NOTES.md). */
-#ifndef KVC_CL_VLOAD
-#define KVC_CL_VLOAD 0 /* 1: vload2 on the straight-line path too (experiment) */
-#endif
-#if KVC_CL_VLOAD
-#define KVC_CL_LD2(p, q) vload2(q, (p))
-#else
 #define KVC_CL_LD2(p, q) (((__global const float2 *)(p))[q])
-#endif
 
 /* Mirrors the host's kvc_cl_status (opencl_backend.c). */
 typedef struct {
@@ -640,10 +633,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
  * q reducing dim q, finalised at once with one chunk per output (the first
  * 256 work-items finalise; the others only meet the barriers), through the
  * chunk states and the ticket otherwise; on NVIDIA held to 64 registers
- * (.minnctapersm 2: 32 warps per SM).  kvc_compress_split: the chunk
- * split over two 256-item groups by dims, group h reducing dims 256 h + q;
- * both publish their half of the chunk state and the last of the output's
- * 2 x nchunk groups merges and finalises.  The host takes them for windows
+ * (.minnctapersm 2: 32 warps per SM).  The host takes it for windows
  * of full segments without overlap (every chunk straight-line, no masked
  * rows) on GPU devices.  Compiled only with
  * KVC_CL_STRAIGHT (GPU devices): PoCL 3.1's LLVM 15 crashes in IPSCCP
@@ -697,7 +687,7 @@ static inline st1 block8_1(__global const float *col, __local const long *rowoff
 }
 
 /* count (a power of two <= KVC_CL_MAX_CH) full, present segments. */
-static st1 reduce_split(__global const float *col, __local const long *rowoff, long sdelta, long count) {
+static st1 reduce_wide(__global const float *col, __local const long *rowoff, long sdelta, long count) {
     seg1 a, b;
     st1 x, y, z, w;
     KVC_CL_SEGLD1(a, 0);
@@ -736,43 +726,43 @@ static st1 reduce_split(__global const float *col, __local const long *rowoff, l
     return x;
 }
 
-/* The body of both: wide = 0, kvc_compress_split (256 work-items, half the
- * dims each); wide = 1, kvc_compress_wide (512 work-items, all dims, one
- * group per chunk, finalised at once with one chunk).  wide is a literal. */
-#define KVC_CL_BODY_ARGS                                                                           \
-    KVC_CL_KERNEL_ARGS, __local float *c, __local float *t, __local float *u, __local int *flags,  \
-        __local long *rowoff, __local int *last, __local int *bad, __local int *masked, __local long *bad_g, int wide
-static inline void split_body(KVC_CL_BODY_ARGS) {
-    const long per = wide ? pl.nchunk : 2 * pl.nchunk; /* groups per output */
-    const long o = get_group_id(0) / per, jh = get_group_id(0) % per;
-    const long j = wide ? jh : jh >> 1, h = wide ? 0 : jh & 1;
+/* kvc_compress_wide: 512 work-items, all dims, one group per chunk,
+ * finalised at once with one chunk per output. */
+__kernel __attribute__((reqd_work_group_size(2 * KVC_CL_WG, 1, 1))) void kvc_compress_wide(KVC_CL_KERNEL_ARGS) {
+    __local float c[512], t[256], u[256];
+    __local int flags[8];
+    __local long rowoff[KVC_CL_MAX_CH * KVC_SEG];
+    __local int last, bad, masked;
+    __local long bad_g;
+    const long per = pl.nchunk; /* groups per output */
+    const long o = get_group_id(0) / per, j = get_group_id(0) % per;
     const int q = (int)get_local_id(0);
 
     kvc_out_info inf;
-    if (!output_of(&sh, bidx, slots, t2r, positions, table, st, o, q == 0 && jh == 0, &inf)) return;
+    if (!output_of(&sh, bidx, slots, t2r, positions, table, st, o, q == 0 && j == 0, &inf)) return;
     long cstart, csize;
     kvc_chunk_of(pl.nseg, pl.ch, j, &cstart, &csize);
-    fill_rows(&sh, &pl, &inf, table, cstart, csize, rowoff, bad, masked, bad_g, q, wide ? 512 : 256);
-    const int bad_rows = *bad;
-    if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, *bad_g);
+    fill_rows(&sh, &pl, &inf, table, cstart, csize, rowoff, &bad, &masked, &bad_g, q, 512);
+    const int bad_rows = bad;
+    if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, bad_g);
     st1 r1;
     r1.m = r1.d = r1.n = 0.0f;
     if (!bad_rows) /* (a bad row: offsets -1, nothing read, the output is invalid) */
-        r1 = reduce_split(state + 256 * h + q, rowoff, 512, csize);
+        r1 = reduce_wide(state + q, rowoff, 512, csize);
     int fin;
-    if (wide && pl.nchunk == 1) { /* the group holds the whole state: c = num / den at once */
+    if (pl.nchunk == 1) { /* the group holds the whole state: c = num / den at once */
         fin = bad_rows ? 2 : 1;
         c[q] = fin == 1 ? KVC_DIV(r1.n, r1.d) : 0.0f;
     } else {
         if (!bad_rows) {
             __global volatile int *mine =
-                (__global volatile int *)(chunk_states + (o * pl.nchunk + j) * 1536 + 256 * h + q);
+                (__global volatile int *)(chunk_states + (o * pl.nchunk + j) * 1536 + q);
             int sink = atomic_xchg(&mine[0], as_int(r1.m));
             sink ^= atomic_xchg(&mine[512], as_int(r1.d));
             sink ^= atomic_xchg(&mine[1024], as_int(r1.n));
-            if (sink == 0x5A5A5A5A) *masked = 2; /* uses sink: waits for the writes */
+            if (sink == 0x5A5A5A5A) masked = 2; /* uses sink: waits for the writes */
         }
-        fin = take_ticket(tickets, o, (int)per, bad_rows, last, q);
+        fin = take_ticket(tickets, o, (int)per, bad_rows, &last, q);
         if (q < 256) {
             st2 res;
             for (int k = 0; k < 2; k++) res.m[k] = res.d[k] = res.n[k] = 0.0f;
@@ -785,27 +775,7 @@ static inline void split_body(KVC_CL_BODY_ARGS) {
     float fi[4];
     fin_inputs(weight, cos_sin + inf.pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q & 255, &fi[0], &fi[1], &fi[2],
                &fi[3]);
-    finish_output(fin, c, t, u, flags, &sh, &inf, fi, kv, st, q, wide);
-}
-#define KVC_CL_BODY_PASS                                                                                         \
-    sh, pl, state, t2r, positions, slots, bidx, table, weight, cos_sin, kv, st, chunk_states, tickets, c, t, u, flags, \
-        rowoff, &last, &bad, &masked, &bad_g
-
-__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_split(KVC_CL_KERNEL_ARGS) {
-    __local float c[512], t[256], u[256];
-    __local int flags[8];
-    __local long rowoff[KVC_CL_MAX_CH * KVC_SEG];
-    __local int last, bad, masked;
-    __local long bad_g;
-    split_body(KVC_CL_BODY_PASS, 0);
-}
-__kernel __attribute__((reqd_work_group_size(2 * KVC_CL_WG, 1, 1))) void kvc_compress_wide(KVC_CL_KERNEL_ARGS) {
-    __local float c[512], t[256], u[256];
-    __local int flags[8];
-    __local long rowoff[KVC_CL_MAX_CH * KVC_SEG];
-    __local int last, bad, masked;
-    __local long bad_g;
-    split_body(KVC_CL_BODY_PASS, 1);
+    finish_output(fin, c, t, u, flags, &sh, &inf, fi, kv, st, q, 1);
 }
 #endif /* KVC_CL_STRAIGHT */
 

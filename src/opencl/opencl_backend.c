@@ -21,6 +21,7 @@
 
 #include "kvc_check.h"
 #include "kvc_backend.h"
+#include "opencl_tuning.h"
 #include "ptx_tune.h"
 
 extern const char kvc_opencl_source[];
@@ -43,9 +44,8 @@ typedef struct {
     cl_program prog;
     cl_kernel kern;    /* created once; arguments set under g_lock      */
     cl_kernel small;   /* one-segment windows: several outputs per group */
-    cl_kernel split;   /* chunks split by dims over two groups          */
-    cl_kernel wide;    /* its 512-work-item twin: one group per chunk     */
-                       /* (split, wide: GPU devices only, else NULL)     */
+    cl_kernel wide;    /* 1 dim per work-item, 512 per group, one group  */
+                       /* per chunk (GPU devices only, else NULL)        */
     cl_uint units;     /* compute units                                  */
     cl_mem status;     /* library-owned status word                     */
     cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
@@ -90,43 +90,29 @@ static int opencl_available(void) {
  * The same way the state loads of both kernels get the PTX cache operator
  * .cs (evict-first: "ld.global.cs"), as the CUDA kernel's __ldcs: a hint
  * only, same bytes.  On the H200 it took the 131k-token cases from
- * 178/179/184 to 171/174/181 us (2-dims kernel) and 184/177/175 to
- * 178/170/169 (split kernel); ".L2::256B" on top gained nothing.
+ * 178/179/184 to 171/174/181 us (2-dims kernel); ".L2::256B" on top gained
+ * nothing.
  *
- * KVC_OPENCL_NV_MINB / _SPLIT / _WIDE (compile time): N for
- * kvc_compress_kernel / kvc_compress_split / kvc_compress_wide,
- * 0 = as built; on the H200: the split kernel at 4 (64 registers, 32 warps
- * per SM; it builds to 76 = 3 groups otherwise), the 2-dims kernel as built
- * (3 and 4 spill: 131k tokens 272 / 362 us instead of 178);
- * the wide kernel at 2 (64 registers, 32 warps per SM; 80 as built).
- * KVC_OPENCL_NV_CS (compile time): 1 = .cs loads (default), 2 =
- * .cs.L2::256B, 0 = off.
+ * The directives (opencl_tuning.h): the wide kernel at .minnctapersm 2, the
+ * 2-dims kernel as built; .cs loads in both.
  * KVC_OPENCL_DUMP=file writes the built program binary (PTX on NVIDIA).  Any
  * failure keeps the program as built.
  */
-#ifndef KVC_OPENCL_NV_MINB
-#define KVC_OPENCL_NV_MINB 0
-#endif
-#ifndef KVC_OPENCL_NV_MINB_SPLIT
-#define KVC_OPENCL_NV_MINB_SPLIT 4
-#endif
-#ifndef KVC_OPENCL_NV_MINB_WIDE
-#define KVC_OPENCL_NV_MINB_WIDE 2
-#endif
-#ifndef KVC_OPENCL_NV_CS
-#define KVC_OPENCL_NV_CS 1
-#endif
-static int knob(const char *name, int dflt) {
+/* Test hooks (CMake KVC_TEST_HOOKS, on in test builds only): environment
+ * variables that make the tests reach code paths a device would not take. */
+#ifdef KVC_TEST_HOOKS
+static int test_hook(const char *name) {
     const char *v = getenv(name);
-    return v && *v ? atoi(v) : dflt;
+    return v && !strcmp(v, "1");
 }
+#else
+#define test_hook(name) 0
+#endif
 static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
-    const int mk = KVC_OPENCL_NV_MINB, ms = KVC_OPENCL_NV_MINB_SPLIT, mw = KVC_OPENCL_NV_MINB_WIDE,
-              cs = KVC_OPENCL_NV_CS;
     const char *dump = getenv("KVC_OPENCL_DUMP");
     char vendor[64] = "";
     clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
-    const int tune = strstr(vendor, "NVIDIA") && (mk > 0 || ms > 0 || mw > 0 || cs > 0);
+    const int tune = strstr(vendor, "NVIDIA") != NULL;
     if (!tune && !(dump && *dump)) return prog; /* (PoCL builds every kernel when asked for its binary) */
     size_t size = 0;
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
@@ -149,14 +135,10 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     /* PTX text only, and not edited already */
     int done = 0;
     if (tune && strstr(bin, ".target sm_") && !strstr(bin, ".minnctapersm")) {
-        const struct {
-            const char *entry;
-            int minb;
-        } kernels[3] = {{"kvc_compress_kernel", mk}, {"kvc_compress_split", ms}, {"kvc_compress_wide", mw}};
-        for (int i = 0; i < 3; i++) { /* (each edit stays inside its own entry) */
-            bin = kvc_ptx_minb(bin, kernels[i].entry, kernels[i].minb, &done);
-            bin = kvc_ptx_streaming(bin, kernels[i].entry, cs, &done);
-        }
+        /* (each edit stays inside its own entry) */
+        bin = kvc_ptx_minb(bin, "kvc_compress_wide", KVC_OPENCL_NV_MINB_WIDE, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_compress_kernel", &done);
+        bin = kvc_ptx_streaming(bin, "kvc_compress_wide", &done);
     }
     if (!done) {
         free(bin);
@@ -171,7 +153,8 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     free(bin);
     if (err != CL_SUCCESS) {
         if (p2) clReleaseProgram(p2);
-        if (knob("KVC_OPENCL_BUILD_LOG", 0) == 1)
+        const char *show = getenv("KVC_OPENCL_BUILD_LOG");
+        if (show && !strcmp(show, "1"))
             fprintf(stderr, "kvcompress: OpenCL occupancy directives not applied (error %d)\n", (int)err);
         return prog;
     }
@@ -200,7 +183,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     /* KVC_OPENCL_TRUST_FP=1 skips this check (tests: Oclgrind computes with
      * the host's IEEE arithmetic but does not report the capability; the
      * tests compare every byte anyway) */
-    if ((!(fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) || !(fp & CL_FP_DENORM)) && knob("KVC_OPENCL_TRUST_FP", 0) != 1) {
+    if ((!(fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) || !(fp & CL_FP_DENORM)) && !test_hook("KVC_OPENCL_TRUST_FP")) {
         pthread_mutex_unlock(&g_lock);
         return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE,
                         "OpenCL device lacks %s: the canonical arithmetic needs both",
@@ -221,7 +204,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     /* GPU devices: straight-line full chunks and the one-dim kernels (see
      * KVC_CL_STRAIGHT in kvc_kernel.cl); KVC_OPENCL_GPU_PATHS=1 takes them on
      * any device (tests: Oclgrind runs them where PoCL cannot) */
-    const int gpu = !(type & CL_DEVICE_TYPE_CPU) || knob("KVC_OPENCL_GPU_PATHS", 0) == 1;
+    const int gpu = !(type & CL_DEVICE_TYPE_CPU) || test_hook("KVC_OPENCL_GPU_PATHS");
     if (gpu) strcat(opts, " -DKVC_CL_STRAIGHT=1");
     const char *extra = getenv("KVC_OPENCL_BUILD_OPTIONS");
     if (extra && *extra) snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " %s", extra);
@@ -248,10 +231,8 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     }
     cl_kernel kern = clCreateKernel(prog, "kvc_compress_kernel", &err);
     cl_kernel small = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_compress_small", &err) : NULL;
-    cl_kernel split = err == CL_SUCCESS && gpu ? clCreateKernel(prog, "kvc_compress_split", &err) : NULL;
     cl_kernel wide = err == CL_SUCCESS && gpu ? clCreateKernel(prog, "kvc_compress_wide", &err) : NULL;
     if (err != CL_SUCCESS) {
-        if (split) clReleaseKernel(split);
         if (small) clReleaseKernel(small);
         if (kern) clReleaseKernel(kern);
         clReleaseMemObject(status);
@@ -262,7 +243,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     cl_uint units = 0;
     if (clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS || units == 0)
         units = 1;
-    cl_entry e = {ctx, dev, prog, kern, small, split, wide, units, status, NULL, 0, NULL, 0};
+    cl_entry e = {ctx, dev, prog, kern, small, wide, units, status, NULL, 0, NULL, 0};
     if (g_ncache < KVC_CL_CACHE) {
         clRetainContext(ctx);
         g_cache[g_ncache] = e;
@@ -270,7 +251,6 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     } else {
         st = kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "more than %d OpenCL contexts in use", KVC_CL_CACHE);
         if (wide) clReleaseKernel(wide);
-        if (split) clReleaseKernel(split);
         clReleaseKernel(small);
         clReleaseKernel(kern);
         clReleaseMemObject(status);
@@ -296,17 +276,6 @@ static kvc_status grow(cl_context ctx, cl_mem *buf, size_t *have, size_t need, c
     *have = bytes;
     return KVC_OK;
 }
-
-/* Chunk plan knobs (compile time; bench/NOTES.md). */
-#ifndef KVC_OPENCL_SPLIT_CH
-#define KVC_OPENCL_SPLIT_CH 32   /* the split kernel for chunks of >= this many segments */
-#endif
-#ifndef KVC_OPENCL_CHDIV
-#define KVC_OPENCL_CHDIV 132     /* chunk size ~ total segments / CHDIV */
-#endif
-#ifndef KVC_OPENCL_MAXCHUNKS
-#define KVC_OPENCL_MAXCHUNKS 8   /* chunks per output at most */
-#endif
 
 static long long pow2_floor(long long x) {
     long long p = 1;
@@ -365,19 +334,14 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
         groups = (nout + pl.small_k - 1) / pl.small_k;
     }
 
-    /* 1-dim-per-work-item kernels (kvc_kernel.cl) for windows of full
+    /* the 1-dim-per-work-item kernel (kvc_kernel.cl) for windows of full
      * segments without overlap on GPU devices: kvc_compress_wide (512
-     * work-items, 64 registers) for all of them, faster on the H200 than
-     * the 2-dims and the split kernels (bench/NOTES.md) */
-    const int eligible = !pl.small_k && a->overlap == KVC_OVERLAP_OFF && pl.rows % KVC_SEG == 0 && ent->split;
-    /* KVC_OPENCL_SPLIT: 0 never, 1 split by chunk size, 2 wide (the
-     * default), 3 split always (tests/test_opencl_paths.c sets it to reach
-     * every kernel under Oclgrind) */
-    const int mode = knob("KVC_OPENCL_SPLIT", 2);
-    int split = eligible && ((mode == 1 && pl.ch >= KVC_OPENCL_SPLIT_CH) || mode == 3);
-    const int wide = eligible && mode == 2;
-    if (split) groups = (long long)a->num_outputs * pl.nchunk * 2;
-    const int shared_states = pl.nchunk > 1 || split;
+     * work-items, 64 registers), faster on the H200 than the 2-dims kernel
+     * (bench/NOTES.md).  Test hook KVC_OPENCL_NO_WIDE=1: the 2-dims kernel
+     * (tests/test_opencl_paths.c reaches both under Oclgrind) */
+    const int wide = !pl.small_k && a->overlap == KVC_OVERLAP_OFF && pl.rows % KVC_SEG == 0 && ent->wide &&
+                     !test_hook("KVC_OPENCL_NO_WIDE");
+    const int shared_states = pl.nchunk > 1;
 
     pthread_mutex_lock(&g_lock);
     st = grow(ent->ctx, &ent->states, &ent->states_bytes,
@@ -399,7 +363,7 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
                        (cl_mem)(void *)a->kv_cache, status, states, tickets};
     /* one kernel object per context: arguments and enqueue under the lock
      * (clEnqueueNDRangeKernel captures the arguments) */
-    cl_kernel k = pl.small_k ? ent->small : split ? ent->split : wide ? ent->wide : ent->kern;
+    cl_kernel k = pl.small_k ? ent->small : wide ? ent->wide : ent->kern;
     pthread_mutex_lock(&g_lock);
     err = clSetKernelArg(k, 0, sizeof sh, &sh);
     if (err == CL_SUCCESS) err = clSetKernelArg(k, 1, sizeof pl, &pl);

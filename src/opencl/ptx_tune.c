@@ -39,19 +39,17 @@ char *kvc_ptx_minb(char *ptx, const char *entry, int n, int *done) {
     return out;
 }
 
-char *kvc_ptx_streaming(char *ptx, const char *entry, int level, int *done) {
+char *kvc_ptx_streaming(char *ptx, const char *entry, int *done) {
     const char *at, *end;
-    if (level <= 0 || !entry_span(ptx, entry, &at, &end)) return ptx;
+    if (!entry_span(ptx, entry, &at, &end)) return ptx;
     static const char *from[2] = {"ld.global.f32", "ld.global.v2.f32"};
-    static const char *to1[2] = {"ld.global.cs.f32", "ld.global.cs.v2.f32"};
-    static const char *to2[2] = {"ld.global.cs.L2::256B.f32", "ld.global.cs.L2::256B.v2.f32"};
-    const char **to = level >= 2 ? to2 : to1;
+    static const char *to[2] = {"ld.global.cs.f32", "ld.global.cs.v2.f32"};
     size_t n = 0;
     for (const char *p = at; p < end; p++)
         for (int k = 0; k < 2; k++)
             if (!strncmp(p, from[k], strlen(from[k]))) n++;
     if (n == 0) return ptx;
-    const size_t grow = strlen(to2[1]) - strlen(from[0]); /* the most any edit adds */
+    const size_t grow = strlen(".cs"); /* what each edit adds */
     char *out = malloc(strlen(ptx) + grow * n + 1);
     if (!out) return ptx;
     char *w = out;

@@ -24,13 +24,12 @@ KVC_HIDDEN char *kvc_ptx_minb(char *ptx, const char *entry, int n, int *done);
 
 /**
  * In the body of `.entry entry(` (up to the next ".entry"), make the f32
- * and v2.f32 global loads streaming: "ld.global.f32" -> "ld.global.cs.f32"
- * (level 1) or "ld.global.cs.L2::256B.f32" (level 2), the same for ".v2".
+ * and v2.f32 global loads streaming (evict-first): "ld.global.f32" ->
+ * "ld.global.cs.f32", the same for ".v2".
  *
  * @param ptx, entry, done  as for kvc_ptx_minb
- * @param level  1 or 2; <= 0 changes nothing
  * @return as for kvc_ptx_minb
  */
-KVC_HIDDEN char *kvc_ptx_streaming(char *ptx, const char *entry, int level, int *done);
+KVC_HIDDEN char *kvc_ptx_streaming(char *ptx, const char *entry, int *done);
 
 #endif

@@ -1,0 +1,18 @@
+/*
+ * opencl_tuning.h -- the OpenCL backend's tuning constants, each the winner
+ * of an A/B measurement on the H200 through NVIDIA's driver (bench/NOTES.md).
+ */
+#ifndef KVC_OPENCL_TUNING_H
+#define KVC_OPENCL_TUNING_H
+
+/* chunk size ~ total segments / 132: about one wave of work-groups (the old
+ * divisor 528: 32k-token cases 31-34% slower, 65k 17%) */
+#define KVC_OPENCL_CHDIV 132
+/* chunks per output at most: the last group's merge loads all chunk states first */
+#define KVC_OPENCL_MAXCHUNKS 8
+/* NVIDIA: .minnctapersm for the wide kernel (64 registers, 32 warps per SM;
+ * 80 registers as built); the 2-dims kernel stays as built (3 and 4 spilled:
+ * 131k tokens 272 / 362 us instead of 178) */
+#define KVC_OPENCL_NV_MINB_WIDE 2
+
+#endif
