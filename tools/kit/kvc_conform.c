@@ -16,23 +16,24 @@
 
 /* The case through the backend under test (host-resident args; GPU kits copy
  * in and out).  The GPU's first device-side error comes back as a status. */
-static kvc_status run_backend(const kvc_conform_opts *o, const kvc_args *a, char *msg, size_t len) {
+static kvc_status run_backend(const kvc_conform_opts *o, const kvc_args *a, kvc_report *rep, char *msg,
+                              size_t len) {
     kvc_status st;
     if (o->backend == KVC_BACKEND_CPU) {
         kvc_exec ex;
         kvc_exec_init(&ex);
         ex.backend = KVC_BACKEND_CPU;
         ex.num_threads = o->threads;
-        st = kvc_compress(a, &ex, NULL);
+        st = kvc_compress(a, &ex, rep);
     } else if (o->backend == KVC_BACKEND_CUDA) {
 #ifdef KVC_KIT_WITH_CUDA
-        st = kvc_kit_cuda_run(a, NULL, NULL);
+        st = kvc_kit_cuda_run(a, rep, NULL);
 #else
         st = KVC_ERROR_BACKEND_UNAVAILABLE;
 #endif
     } else {
 #ifdef KVC_KIT_WITH_OPENCL
-        st = kvc_kit_opencl_run(a, NULL, NULL);
+        st = kvc_kit_opencl_run(a, rep, NULL);
 #else
         st = KVC_ERROR_BACKEND_UNAVAILABLE;
 #endif
@@ -73,7 +74,9 @@ static int golden_bytes(const char *dir, const kvc_golden_case *g, const kvc_cas
 }
 
 /* One case: the CPU backend (all cores) and the backend under test on the
- * same poison; every byte of the two KV caches equal.  @return 0 = pass. */
+ * same poison; every byte of the two KV caches equal, and the counts of
+ * written, padding and non-finite outputs (a GPU's from its status word).
+ * @return 0 = pass. */
 static int one_case(const kvc_conform_opts *o, kvc_case *c, uint64_t seed, char *msg, size_t len) {
     const size_t bytes = c->kv_cache_bytes;
     uint8_t *want = malloc(bytes ? bytes : 1);
@@ -88,13 +91,23 @@ static int one_case(const kvc_conform_opts *o, kvc_case *c, uint64_t seed, char 
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CPU;
     int bad = 0;
-    if (kvc_compress(&ref, &ex, NULL) != KVC_OK) {
+    kvc_report want_rep, rep;
+    memset(&rep, 0, sizeof rep);
+    if (kvc_compress(&ref, &ex, &want_rep) != KVC_OK) {
         snprintf(msg, len, "CPU reference: %.300s", kvc_last_error_message());
         bad = 1;
     }
     if (!bad) {
         kvc_kit_poison(c->kv_cache, bytes, seed);
-        bad = run_backend(o, &c->args, msg, len) != KVC_OK;
+        bad = run_backend(o, &c->args, &rep, msg, len) != KVC_OK;
+    }
+    if (!bad && (rep.outputs_written != want_rep.outputs_written || rep.outputs_padding != want_rep.outputs_padding ||
+                 rep.outputs_nonfinite != want_rep.outputs_nonfinite)) {
+        snprintf(msg, len, "counts written / padding / non-finite %lld / %lld / %lld, CPU %lld / %lld / %lld",
+                 (long long)rep.outputs_written, (long long)rep.outputs_padding, (long long)rep.outputs_nonfinite,
+                 (long long)want_rep.outputs_written, (long long)want_rep.outputs_padding,
+                 (long long)want_rep.outputs_nonfinite);
+        bad = 1;
     }
     if (!bad && memcmp(c->kv_cache, want, bytes) != 0) {
         size_t k = 0;

@@ -308,3 +308,50 @@ void kvc_kit_rebind(kvc_args *a, void *const p[9]) {
     a->cos_sin_cache = (const float *)p[7];
     a->kv_cache = (uint8_t *)p[8];
 }
+
+int kvc_kit_upload(const kvc_kit_mem *m, const kvc_args *host, kvc_kit_dev_args *x, char *err, size_t errlen) {
+    memset(x, 0, sizeof *x);
+    x->d = *host;
+    const void *src[9];
+    size_t bytes[9];
+    kvc_kit_tensors(host, src, bytes);
+    x->kv_bytes = bytes[8];
+    for (int i = 0; i < 9; i++)
+        if (m->put(src[i] && bytes[i] ? src[i] : NULL, bytes[i], &x->h[i], err, errlen) != 0) {
+            kvc_kit_release(m, x);
+            return -1;
+        }
+    kvc_kit_rebind(&x->d, x->h);
+    return 0;
+}
+
+void kvc_kit_release(const kvc_kit_mem *m, kvc_kit_dev_args *x) {
+    for (int i = 0; i < 9; i++)
+        if (x->h[i]) m->drop(x->h[i]);
+    memset(x, 0, sizeof *x);
+}
+
+kvc_status kvc_kit_device_run(const kvc_kit_mem *m, const kvc_exec *ex, const kvc_args *a, kvc_report *rep,
+                              kvc_device_status *ds) {
+    kvc_kit_dev_args x;
+    char err[256];
+    if (kvc_kit_upload(m, a, &x, err, sizeof err) != 0) {
+        fprintf(stderr, "kvc_kit_device_run: %s\n", err);
+        return KVC_ERROR_DEVICE;
+    }
+    kvc_status st = kvc_compress(&x.d, ex, rep);
+    if (st == KVC_OK) {
+        kvc_device_status s;
+        st = kvc_read_status(ex, &s);
+        if (ds) *ds = s;
+        if (st == KVC_OK && rep) {
+            rep->outputs_written = s.outputs_written;
+            rep->outputs_padding = s.outputs_padding;
+            rep->outputs_nonfinite = s.outputs_nonfinite;
+        }
+        if (st == KVC_OK && s.status != 0) st = (kvc_status)s.status;
+        if (x.kv_bytes && m->get(x.h[8], a->kv_cache, x.kv_bytes) != 0) st = KVC_ERROR_DEVICE;
+    }
+    kvc_kit_release(m, &x);
+    return st;
+}

@@ -56,6 +56,31 @@ int kvc_kit_conforms(const uint8_t *ours, const uint8_t *ref, int64_t n, int fp8
 /** Parse "reqs=8,tokens=131072,C=128,block=8,layout=shuffle,..." into params. @return 0 or -1. */
 int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t msglen);
 
+/** A device's memory, for the runners below (kvc_kit_cuda.cu, kvc_kit_opencl.c). */
+typedef struct kvc_kit_mem {
+    /* allocate max(bytes, 16) bytes, copy src in when it is not NULL; 0 = done */
+    int (*put)(const void *src, size_t bytes, void **handle, char *err, size_t errlen);
+    /* copy bytes back to dst (blocking); 0 = done */
+    int (*get)(void *handle, void *dst, size_t bytes);
+    void (*drop)(void *handle);
+} kvc_kit_mem;
+/** Host args copied to a device: `d` points at the device copies. */
+typedef struct kvc_kit_dev_args {
+    kvc_args d;
+    void *h[9];       /* kvc_kit_tensors order: h[8] is kv_cache */
+    size_t kv_bytes;
+} kvc_kit_dev_args;
+/** Copy every tensor of host args to the device.  @return 0, or -1 with err filled. */
+int kvc_kit_upload(const kvc_kit_mem *m, const kvc_args *host, kvc_kit_dev_args *x, char *err, size_t errlen);
+void kvc_kit_release(const kvc_kit_mem *m, kvc_kit_dev_args *x);
+/**
+ * Upload, run with `ex` (a GPU backend and its stream), read the status word
+ * (its counts into rep), copy kv_cache back into a->kv_cache.  @return the
+ * call's status, or the first device-side error's.
+ */
+kvc_status kvc_kit_device_run(const kvc_kit_mem *m, const kvc_exec *ex, const kvc_args *a, kvc_report *rep,
+                              kvc_device_status *ds);
+
 /**
  * Run host-resident args on the CUDA backend: copy every tensor to the
  * device, run, read the status word, copy kv_cache back.  Returns the first

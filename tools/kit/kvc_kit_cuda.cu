@@ -27,63 +27,23 @@
 
 static char g_err[512];
 
-struct dev_args {
-    kvc_args d;         /* device pointers */
-    void *ptrs[9];
-    size_t kv_bytes;
-};
-
-static void free_dev(dev_args *x) {
-    for (int i = 0; i < 9; i++)
-        if (x->ptrs[i]) cudaFree(x->ptrs[i]);
-    memset(x, 0, sizeof *x);
+static int cuda_put(const void *src, size_t bytes, void **h, char *err, size_t len) {
+    cudaError_t e = cudaMalloc(h, bytes ? bytes : 16);
+    if (e == cudaSuccess && src) e = cudaMemcpy(*h, src, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) snprintf(err, len, "cudaMalloc / cudaMemcpy of %zu bytes: %s", bytes, cudaGetErrorString(e));
+    return e == cudaSuccess ? 0 : -1;
 }
-
-/* Copy every tensor of host args to the device. */
-static int to_device(const kvc_args *h, dev_args *x) {
-    memset(x, 0, sizeof *x);
-    x->d = *h;
-    const void *src[9];
-    size_t bytes[9];
-    kvc_kit_tensors(h, src, bytes);
-    x->kv_bytes = bytes[8];
-    for (int i = 0; i < 9; i++) {
-        CK(cudaMalloc(&x->ptrs[i], bytes[i] ? bytes[i] : 16));
-        if (src[i] && bytes[i]) CK(cudaMemcpy(x->ptrs[i], src[i], bytes[i], cudaMemcpyHostToDevice));
-    }
-    kvc_kit_rebind(&x->d, x->ptrs);
-    return 0;
-fail:
-    free_dev(x);
-    return -1;
+static int cuda_get(void *h, void *dst, size_t bytes) {
+    return cudaMemcpy(dst, h, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
 }
+static void cuda_drop(void *h) { cudaFree(h); }
+static const kvc_kit_mem k_cuda_mem = {cuda_put, cuda_get, cuda_drop};
 
 extern "C" kvc_status kvc_kit_cuda_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds) {
-    dev_args x;
     kvc_exec ex;
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CUDA;
-    kvc_status st;
-    if (to_device(a, &x) != 0) {
-        fprintf(stderr, "kvc_kit_cuda_run: %s\n", g_err);
-        return KVC_ERROR_DEVICE;
-    }
-    st = kvc_compress(&x.d, &ex, rep);
-    if (st == KVC_OK) {
-        kvc_device_status s;
-        st = kvc_cuda_read_status(&ex, &s);
-        if (ds) *ds = s;
-        if (st == KVC_OK && rep) {
-            rep->outputs_written = s.outputs_written;
-            rep->outputs_padding = s.outputs_padding;
-            rep->outputs_nonfinite = s.outputs_nonfinite;
-        }
-        if (st == KVC_OK && s.status != 0) st = (kvc_status)s.status;
-        if (x.kv_bytes && cudaMemcpy(a->kv_cache, x.d.kv_cache, x.kv_bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
-            st = KVC_ERROR_DEVICE;
-    }
-    free_dev(&x);
-    return st;
+    return kvc_kit_device_run(&k_cuda_mem, &ex, a, rep, ds);
 }
 
 __global__ void read_kernel(const float4 *p, size_t n, float *sink);
@@ -125,7 +85,7 @@ static size_t g_floor_bytes;
 static float *g_floor_sink;
 
 extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, bench_result *out) {
-    dev_args x;
+    kvc_kit_dev_args x;
     kvc_exec ex;
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CUDA;
@@ -135,7 +95,7 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
     int sms = 132, dev = 0;
     const size_t fbytes = ((size_t)floor_bytes + 15) & ~(size_t)15;
     out->status = KVC_OK;
-    if (to_device(&c->args, &x) != 0) {
+    if (kvc_kit_upload(&k_cuda_mem, &c->args, &x, g_err, sizeof g_err) != 0) {
         out->status = KVC_ERROR_DEVICE;
         snprintf(out->message, sizeof out->message, "%s", g_err);
         return -1;
@@ -197,7 +157,7 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
 done:
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    free_dev(&x);
+    kvc_kit_release(&k_cuda_mem, &x);
     return out->status == KVC_OK ? 0 : -1;
 fail:
     out->status = KVC_ERROR_DEVICE;

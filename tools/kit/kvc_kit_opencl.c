@@ -50,69 +50,30 @@ static int setup(void) {
     return err == CL_SUCCESS ? 0 : -1;
 }
 
-typedef struct {
-    kvc_args d;
-    cl_mem m[9];
-    size_t kv_bytes;
-} cl_args;
-
-static void release(cl_args *x) {
-    for (int i = 0; i < 9; i++)
-        if (x->m[i]) clReleaseMemObject(x->m[i]);
-    memset(x, 0, sizeof *x);
-}
-
-static int to_device(const kvc_args *h, cl_args *x) {
-    memset(x, 0, sizeof *x);
-    x->d = *h;
-    const void *src[9];
-    size_t bytes[9];
-    kvc_kit_tensors(h, src, bytes);
-    x->kv_bytes = bytes[8];
-    for (int i = 0; i < 9; i++) {
-        cl_int err;
-        x->m[i] = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE | (src[i] && bytes[i] ? CL_MEM_COPY_HOST_PTR : 0),
-                                 bytes[i] ? bytes[i] : 16, src[i] && bytes[i] ? (void *)src[i] : NULL, &err);
-        if (err != CL_SUCCESS) {
-            snprintf(g_err, sizeof g_err, "clCreateBuffer(%zu bytes): %d", bytes[i], (int)err);
-            release(x);
-            return -1;
-        }
+static int cl_put(const void *src, size_t bytes, void **h, char *err, size_t len) {
+    cl_int e;
+    cl_mem m = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE | (src ? CL_MEM_COPY_HOST_PTR : 0), bytes ? bytes : 16,
+                              (void *)src, &e);
+    if (e != CL_SUCCESS) {
+        snprintf(err, len, "clCreateBuffer(%zu bytes): %d", bytes, (int)e);
+        return -1;
     }
-    void *handles[9];
-    for (int i = 0; i < 9; i++) handles[i] = (void *)x->m[i];
-    kvc_kit_rebind(&x->d, handles);
+    *h = (void *)m;
     return 0;
 }
+static int cl_get(void *h, void *dst, size_t bytes) {
+    return clEnqueueReadBuffer(g_q, (cl_mem)h, CL_TRUE, 0, bytes, dst, 0, NULL, NULL) == CL_SUCCESS ? 0 : -1;
+}
+static void cl_drop(void *h) { clReleaseMemObject((cl_mem)h); }
+static const kvc_kit_mem k_cl_mem = {cl_put, cl_get, cl_drop};
 
 kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds) {
     if (setup() != 0) return KVC_ERROR_BACKEND_UNAVAILABLE;
-    cl_args x;
-    if (to_device(a, &x) != 0) {
-        fprintf(stderr, "kvc_kit_opencl_run: %s\n", g_err);
-        return KVC_ERROR_DEVICE;
-    }
     kvc_exec ex;
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_OPENCL;
     ex.stream = g_q;
-    kvc_status st = kvc_compress(&x.d, &ex, rep);
-    if (st == KVC_OK) {
-        kvc_device_status s;
-        st = kvc_opencl_read_status(&ex, &s);
-        if (ds) *ds = s;
-        if (st == KVC_OK && rep) {
-            rep->outputs_written = s.outputs_written;
-            rep->outputs_padding = s.outputs_padding;
-            rep->outputs_nonfinite = s.outputs_nonfinite;
-        }
-        if (st == KVC_OK && s.status != 0) st = (kvc_status)s.status;
-        if (x.kv_bytes &&
-            clEnqueueReadBuffer(g_q, x.m[8], CL_TRUE, 0, x.kv_bytes, a->kv_cache, 0, NULL, NULL) != CL_SUCCESS)
-            st = KVC_ERROR_DEVICE;
-    }
-    release(&x);
-    return st;
+    return kvc_kit_device_run(&k_cl_mem, &ex, a, rep, ds);
 }
 
 static int cmp_d(const void *a, const void *b) {
@@ -127,8 +88,8 @@ int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out) {
         snprintf(out->message, sizeof out->message, "no OpenCL device");
         return -1;
     }
-    cl_args x;
-    if (to_device(&c->args, &x) != 0) {
+    kvc_kit_dev_args x;
+    if (kvc_kit_upload(&k_cl_mem, &c->args, &x, g_err, sizeof g_err) != 0) {
         out->status = KVC_ERROR_DEVICE;
         snprintf(out->message, sizeof out->message, "%s", g_err);
         return -1;
@@ -171,7 +132,7 @@ int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out) {
         }
     }
     if (out->status == KVC_OK) {
-        clEnqueueReadBuffer(g_q, x.m[8], CL_TRUE, 0, x.kv_bytes, c->kv_cache, 0, NULL, NULL);
+        cl_get(x.h[8], c->kv_cache, x.kv_bytes);
         qsort(t, (size_t)n, sizeof *t, cmp_d);
         out->median_us = n ? t[n / 2] : 0;
         out->min_us = n ? t[0] : 0;
@@ -179,7 +140,7 @@ int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out) {
     }
     free(t);
     if (flush) clReleaseMemObject(flush);
-    release(&x);
+    kvc_kit_release(&k_cl_mem, &x);
     return out->status == KVC_OK ? 0 : -1;
 }
 
