@@ -82,6 +82,29 @@ static void test_64bit_addressing(void) {
              "block of position 2^34 - 1 checked: %s", kvc_last_error_message());
 }
 
+/* kvc_chunk_size against the two chunk policies it replaced (the CUDA and
+ * the OpenCL hosts' own loops, written out), over a grid of sizes. */
+static int64_t old_policy(int64_t nout, int64_t nseg, int64_t div, int64_t maxchunks, int64_t maxch, int bounded) {
+    int64_t total = nout * nseg, x = total / div > 0 ? total / div : 1, ch = 1;
+    while (ch * 2 <= x) ch *= 2;
+    if (ch < 4) ch = 4;
+    while (ch * maxchunks < nseg && (!bounded || ch < maxch)) ch *= 2;
+    if (ch > maxch) ch = maxch;
+    while (ch > 1 && ch > nseg) ch /= 2;
+    return ch;
+}
+static void test_chunk_size(void) {
+    int bad = 0;
+    for (int64_t nout = 1; nout <= 70000; nout = nout * 3 + 1)
+        for (int64_t nseg = 1; nseg <= 4096; nseg = nseg * 2 + (nseg & 1)) {
+            bad += kvc_chunk_size(nout, nseg, 132, 8, 16) != old_policy(nout, nseg, 132, 8, 16, 0);
+            bad += kvc_chunk_size(nout, nseg, 132, 8, 128) != old_policy(nout, nseg, 132, 8, 128, 1);
+        }
+    TU_CHECK(bad == 0, "kvc_chunk_size differs from the old CUDA / OpenCL policies in %d cases", bad);
+    TU_CHECK(kvc_chunk_size(1024, 16, 132, 8, 16) == 16 && kvc_chunk_size(64, 16, 132, 8, 16) == 4,
+             "131k / 8k tokens at C=128: chunks of 16 and 4 segments");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     /* SPEC 5 check values */
@@ -97,6 +120,8 @@ int main(int argc, char **argv) {
         const uint8_t b[9] = {1, 0, 0, 0, 0, 0, 0, 0, 2};
         TU_CHECK(kvc_rand_checksum(b, 9) == 3, "checksum pads the last word with zeros");
     }
+
+    test_chunk_size();
 
     /* kexp */
     TU_CHECK(kvc_exp(0.0f) == 1.0f, "kexp(0) = %a", kvc_exp(0.0f));

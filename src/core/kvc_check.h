@@ -121,6 +121,27 @@ KVC_FN kvc_i64 kvc_chunk_count(kvc_i64 nseg, kvc_i64 ch) {
     return n;
 }
 
+/** Rows of a window: C, or 2C with overlap. */
+KVC_FN kvc_i64 kvc_window_rows(kvc_i64 C, int overlap) { return overlap ? 2 * C : C; }
+
+/**
+ * The GPU backends' chunk size for num_outputs windows of nseg segments: a
+ * power of two near total segments / div (about one wave of CTAs or
+ * work-groups, so prologues and merges spread over long chunks), at least 4,
+ * doubled until an output has at most max_chunks chunks, at most max_ch, and
+ * no larger than the window.
+ */
+KVC_FN kvc_i64 kvc_chunk_size(kvc_i64 num_outputs, kvc_i64 nseg, kvc_i64 div, kvc_i64 max_chunks, kvc_i64 max_ch) {
+    const kvc_i64 want = num_outputs * nseg / div;
+    kvc_i64 ch = 1;
+    while (ch * 2 <= want) ch *= 2;
+    if (ch < 4) ch = 4;
+    while (ch * max_chunks < nseg && ch < max_ch) ch *= 2;
+    if (ch > max_ch) ch = max_ch;
+    while (ch > 1 && ch > nseg) ch /= 2;
+    return ch;
+}
+
 /** First position the window of boundary position p reads (masked rows excluded). */
 KVC_FN kvc_i64 kvc_window_first(kvc_i64 p, kvc_i64 C, int overlap) {
     kvc_i64 lo = overlap ? p - 2 * C + 1 : p - C + 1;

@@ -152,7 +152,7 @@ static int segment_rows(const kvc_args *a, const int32_t *table_row, int64_t p, 
 /* Compute one output; @return 1 if written non-finite. */
 static int compute_output(const kvc_args *a, const kvc_out_info *inf, seg_state *stack, int *sizes,
                           float *c, float *y) {
-    const int64_t rows = a->overlap == KVC_OVERLAP_ON ? 2 * a->compress_ratio : a->compress_ratio;
+    const int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
     const int64_t nseg = kvc_num_segments(rows);
     const int32_t *table_row = a->block_table + inf->r * a->block_table_stride;
     int top = -1;
@@ -223,7 +223,7 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     if (st != KVC_OK) return st;
     pthread_once(&g_masked_once, init_masked);
 
-    int64_t rows = a->overlap == KVC_OVERLAP_ON ? 2 * a->compress_ratio : a->compress_ratio;
+    int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
     int64_t nseg = kvc_num_segments(rows);
     int levels = 1;
     while ((INT64_C(1) << (levels - 1)) <= nseg) levels++;

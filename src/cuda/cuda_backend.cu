@@ -190,12 +190,6 @@ static int sm_count(int dev) {
     return sms[dev];
 }
 
-static long long pow2_floor(long long x) {
-    long long p = 1;
-    while (p * 2 <= x) p *= 2;
-    return p;
-}
-
 /* The device of CUDA device (or managed) memory p; -1 for any other pointer. */
 static int device_of(const void *p) {
     cudaPointerAttributes at;
@@ -251,8 +245,8 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     memset(&P, 0, sizeof P);
     P.a = *a;
     const long long C = a->compress_ratio;
-    P.rows = a->overlap == KVC_OVERLAP_ON ? 2 * C : C;
-    P.nseg = (P.rows + KVC_SEG - 1) / KVC_SEG;
+    P.rows = kvc_window_rows(C, a->overlap == KVC_OVERLAP_ON);
+    P.nseg = kvc_num_segments(P.rows);
     const long long nout = a->num_outputs;
     /* chunk size ~ total segments / CHDIV: at most one wave of CTAs (at 2
      * per SM) where the window allows, so that a CTA's prologue and merge are
@@ -260,12 +254,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
      * partial waves: bench/NOTES.md), but chunks of >= 4 segments,
      * <= MAX_CH = 16 (2 lanes x 8), and <= KVC_CUDA_MAXCHUNKS = 8 chunks per
      * output (the last CTA's merge is the parallel, load-all-first one) */
-    const long long total = nout * P.nseg;
-    long long ch = pow2_floor(total / KVC_CUDA_CHDIV > 0 ? total / KVC_CUDA_CHDIV : 1);
-    if (ch < 4) ch = 4;
-    while (ch * KVC_CUDA_MAXCHUNKS < P.nseg) ch *= 2;
-    if (ch > MAX_CH) ch = MAX_CH;
-    while (ch > 1 && ch > P.nseg) ch /= 2;
+    const long long ch = kvc_chunk_size(nout, P.nseg, KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, MAX_CH);
     P.ch = ch;
     P.nchunk = kvc_chunk_count(P.nseg, ch);
     /* dims per thread of the main kernel: 1 for

@@ -24,7 +24,9 @@
 #include "kvc_check.h"
 
 #define KVC_CL_WG 256
-#define KVC_CL_MAX_CH 128     /* segments per chunk (host plan)               */
+#ifndef KVC_CL_MAX_CH
+#define KVC_CL_MAX_CH 128     /* segments per chunk: the host passes KVC_OPENCL_MAX_CH */
+#endif
 #define KVC_CL_SEG_STACK 9    /* segments per chunk <= 128                    */
 #define KVC_CL_CHUNK_STACK 40 /* chunk merge: any chunk count < 2^38            */
 #define KVC_CL_BAD_BIT 0x40000000

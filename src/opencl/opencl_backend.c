@@ -206,6 +206,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
      * any device (tests: Oclgrind runs them where PoCL cannot) */
     const int gpu = !(type & CL_DEVICE_TYPE_CPU) || test_hook("KVC_OPENCL_GPU_PATHS");
     if (gpu) strcat(opts, " -DKVC_CL_STRAIGHT=1");
+    snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " -DKVC_CL_MAX_CH=%d", KVC_OPENCL_MAX_CH);
     const char *extra = getenv("KVC_OPENCL_BUILD_OPTIONS");
     if (extra && *extra) snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " %s", extra);
     err = clBuildProgram(prog, 1, &dev, opts, NULL, NULL);
@@ -277,12 +278,6 @@ static kvc_status grow(cl_context ctx, cl_mem *buf, size_t *have, size_t need, c
     return KVC_OK;
 }
 
-static long long pow2_floor(long long x) {
-    long long p = 1;
-    while (p * 2 <= x) p *= 2;
-    return p;
-}
-
 static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
     cl_command_queue q = (cl_command_queue)e->stream;
     if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: the OpenCL backend needs a cl_command_queue");
@@ -307,16 +302,10 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
      * ran 31-34% faster than with the old divisor 528 (several waves), the
      * 65k ones 17-18% (bench/NOTES.md) */
     kvc_cl_plan pl;
-    pl.rows = a->overlap == KVC_OVERLAP_ON ? 2 * a->compress_ratio : a->compress_ratio;
-    pl.nseg = (pl.rows + KVC_SEG - 1) / KVC_SEG;
-    const long long total = (long long)a->num_outputs * pl.nseg;
-    long long ch = pow2_floor(total / KVC_OPENCL_CHDIV > 0 ? total / KVC_OPENCL_CHDIV : 1);
-    if (ch < 4) ch = 4;
-    while (ch * KVC_OPENCL_MAXCHUNKS < pl.nseg && ch < 128) ch *= 2;
-    if (ch > 128) ch = 128;
-    while (ch > 1 && ch > pl.nseg) ch /= 2;
-    pl.ch = ch;
-    pl.nchunk = kvc_chunk_count(pl.nseg, ch);
+    pl.rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
+    pl.nseg = kvc_num_segments(pl.rows);
+    pl.ch = kvc_chunk_size(a->num_outputs, pl.nseg, KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH);
+    pl.nchunk = kvc_chunk_count(pl.nseg, pl.ch);
     long long groups = (long long)a->num_outputs * pl.nchunk;
     pl.small_k = 0;
     /* 8-byte loads: buffers start aligned (offset 0), so both strides even */

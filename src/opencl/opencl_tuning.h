@@ -10,6 +10,9 @@
 #define KVC_OPENCL_CHDIV 132
 /* chunks per output at most: the last group's merge loads all chunk states first */
 #define KVC_OPENCL_MAXCHUNKS 8
+/* segments per chunk at most (the kernel's row table: 128 x 8 rows in local
+ * memory); passed to the kernel build as KVC_CL_MAX_CH */
+#define KVC_OPENCL_MAX_CH 128
 /* NVIDIA: .minnctapersm for the wide kernel (64 registers, 32 warps per SM;
  * 80 registers as built); the 2-dims kernel stays as built (3 and 4 spilled:
  * 131k tokens 272 / 362 us instead of 178) */
