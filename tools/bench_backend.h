@@ -1,6 +1,6 @@
 /*
  * bench_backend.h -- how the CLI times one case on one backend.  The CPU
- * version lives in kvcompress.c; the CUDA version in bench_cuda.cu (built
+ * version lives in kvcompress.c; the CUDA version in bench_cuda.cu and bench_opencl.c (built
  * when CUDA is), so the CLI itself stays plain C.
  */
 #ifndef KVC_BENCH_BACKEND_H
@@ -36,7 +36,7 @@ double kvc_bench_cuda_read_bw(void);
 void kvc_bench_cuda_info(void);
 /** The current CUDA device's name. */
 void kvc_bench_cuda_device_name(char *out, size_t n);
-/* The same for OpenCL (kvc_kit_opencl.c). */
+/* The same for OpenCL (bench_opencl.c). */
 int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out);
 double kvc_bench_opencl_read_bw(void);
 void kvc_bench_opencl_info(void);

@@ -89,6 +89,10 @@ kvc_status kvc_kit_device_run(const kvc_kit_mem *m, const kvc_exec *ex, const kv
 kvc_status kvc_kit_cuda_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds);
 /** The same on the kit's OpenCL device (KVC_OPENCL_DEVICE=N picks one).  Only with KVC_KIT_WITH_OPENCL. */
 kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds);
+/** The kit's device memory (for the benchmark code, tools/bench_*.c*). */
+extern const kvc_kit_mem kvc_kit_cuda_mem, kvc_kit_opencl_mem;
+/** The kit's OpenCL profiling queue (a cl_command_queue), created on first use; NULL without a device. */
+void *kvc_kit_opencl_queue(void);
 
 /**
  * The nine tensors of `a` in kvc_args order (state_cache, token_to_req,

@@ -1,31 +1,16 @@
 /*
- * kvc_kit_cuda.cu -- CUDA helpers for the CLI and the tests (not the library):
- * run a host-resident kvc_args on the CUDA backend (copy in, run, copy the KV
- * cache back), time a case with SPEC 6 (L2 flushed, device events, median),
- * measure the device's read bandwidth the same way, print devices.
+ * kvc_kit_cuda.cu -- the test harness's CUDA device (not the library): host
+ * args copied to device memory, run on the CUDA backend, status read, the
+ * KV cache copied back (kvc_kit_device_run over kvc_kit_cuda_mem).
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <algorithm>
-#include <vector>
-
-#include "bench_backend.h"
 #include "kvc_kit.h"
 #include "kvcompress_cuda.h"
 
-#define CK(x)                                                                          \
-    do {                                                                               \
-        cudaError_t e_ = (x);                                                          \
-        if (e_ != cudaSuccess) {                                                       \
-            snprintf(g_err, sizeof g_err, "%s: %s", #x, cudaGetErrorString(e_));       \
-            goto fail;                                                                 \
-        }                                                                              \
-    } while (0)
-
-static char g_err[512];
 
 static int cuda_put(const void *src, size_t bytes, void **h, char *err, size_t len) {
     cudaError_t e = cudaMalloc(h, bytes ? bytes : 16);
@@ -37,197 +22,12 @@ static int cuda_get(void *h, void *dst, size_t bytes) {
     return cudaMemcpy(dst, h, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
 }
 static void cuda_drop(void *h) { cudaFree(h); }
-static const kvc_kit_mem k_cuda_mem = {cuda_put, cuda_get, cuda_drop};
+extern "C" const kvc_kit_mem kvc_kit_cuda_mem = {cuda_put, cuda_get, cuda_drop};
 
 extern "C" kvc_status kvc_kit_cuda_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds) {
     kvc_exec ex;
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CUDA;
-    return kvc_kit_device_run(&k_cuda_mem, &ex, a, rep, ds);
+    return kvc_kit_device_run(&kvc_kit_cuda_mem, &ex, a, rep, ds);
 }
 
-__global__ void read_kernel(const float4 *p, size_t n, float *sink);
-
-/* L2 flush: write a buffer larger than L2 (SPEC 6).  Diagnostic:
- * KVC_BENCH_FLUSH=read flushes by reading it instead, which leaves no dirty
- * lines for the timed call to write back (bench/NOTES.md). */
-static void *g_flush;
-static size_t g_flush_bytes;
-static float *g_flush_sink;
-static void flush_l2(cudaStream_t s) {
-    if (!g_flush) {
-        int dev, l2 = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
-        g_flush_bytes = (size_t)(l2 > 0 ? l2 : 64 << 20) * 4;
-        if (cudaMalloc(&g_flush, g_flush_bytes) != cudaSuccess) g_flush = NULL;
-    }
-    static int by_read = -1;
-    if (by_read < 0) {
-        const char *e = getenv("KVC_BENCH_FLUSH");
-        by_read = e && !strcmp(e, "read");
-        if (by_read && cudaMalloc(&g_flush_sink, 4) != cudaSuccess) by_read = 0;
-    }
-    if (!g_flush) return;
-    if (by_read) read_kernel<<<1056, 512, 0, s>>>((const float4 *)g_flush, g_flush_bytes / 16, g_flush_sink);
-    else cudaMemsetAsync(g_flush, (int)(rand() & 0xFF), g_flush_bytes, s);
-}
-
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[v.size() / 2];
-}
-
-
-/* The floor's buffer: grown to the largest case, never shrunk. */
-static float4 *g_floor;
-static size_t g_floor_bytes;
-static float *g_floor_sink;
-
-extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, bench_result *out) {
-    kvc_kit_dev_args x;
-    kvc_exec ex;
-    kvc_exec_init(&ex);
-    ex.backend = KVC_BACKEND_CUDA;
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    std::vector<double> t, tf;
-    kvc_device_status s;
-    int sms = 132, dev = 0;
-    const size_t fbytes = ((size_t)floor_bytes + 15) & ~(size_t)15;
-    out->status = KVC_OK;
-    if (kvc_kit_upload(&k_cuda_mem, &c->args, &x, g_err, sizeof g_err) != 0) {
-        out->status = KVC_ERROR_DEVICE;
-        snprintf(out->message, sizeof out->message, "%s", g_err);
-        return -1;
-    }
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaGetDevice(&dev));
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (fbytes > g_floor_bytes) {
-        if (g_floor) cudaFree(g_floor);
-        g_floor = NULL;
-        g_floor_bytes = 0;
-        CK(cudaMalloc(&g_floor, fbytes));
-        CK(cudaMemset(g_floor, 0x3c, fbytes));
-        g_floor_bytes = fbytes;
-    }
-    if (!g_floor_sink) CK(cudaMalloc(&g_floor_sink, 4));
-    for (int i = -10; i < repeat; i++) { /* 10 warm-up calls; the floor after each call */
-        if (fbytes) {
-            flush_l2(0);
-            CK(cudaEventRecord(e0, 0));
-            read_kernel<<<sms * 8, 512>>>(g_floor, fbytes / 16, g_floor_sink);
-            CK(cudaEventRecord(e1, 0));
-            CK(cudaEventSynchronize(e1));
-            float fms = 0;
-            CK(cudaEventElapsedTime(&fms, e0, e1));
-            if (i >= 0) tf.push_back(fms * 1e3);
-        }
-        flush_l2(0);
-        CK(cudaEventRecord(e0, 0));
-        kvc_status st = kvc_compress(&x.d, &ex, NULL);
-        CK(cudaEventRecord(e1, 0));
-        if (st != KVC_OK) {
-            out->status = st;
-            snprintf(out->message, sizeof out->message, "%s", kvc_last_error_message());
-            goto done;
-        }
-        CK(cudaEventSynchronize(e1));
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= 0) t.push_back(ms * 1e3);
-    }
-    if (kvc_cuda_read_status(&ex, &s) != KVC_OK || s.status != 0) {
-        out->status = s.status ? (kvc_status)s.status : KVC_ERROR_DEVICE;
-        snprintf(out->message, sizeof out->message, "device status: %s (check %d, output %lld, value %lld)",
-                 kvc_status_string(out->status), s.check, (long long)s.output, (long long)s.value);
-        goto done;
-    }
-    CK(cudaMemcpy(c->kv_cache, x.d.kv_cache, x.kv_bytes, cudaMemcpyDeviceToHost));
-    out->median_us = median(t);
-    out->min_us = t.empty() ? 0 : *std::min_element(t.begin(), t.end());
-    out->max_us = t.empty() ? 0 : *std::max_element(t.begin(), t.end());
-    out->floor_us = median(tf);
-    out->calls = (int)t.size();
-    out->nsamples = (int)t.size();
-    out->warmup = 10;
-    out->samples = (double *)malloc(sizeof(double) * (t.size() ? t.size() : 1));
-    if (out->samples) std::copy(t.begin(), t.end(), out->samples);
-done:
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    kvc_kit_release(&k_cuda_mem, &x);
-    return out->status == KVC_OK ? 0 : -1;
-fail:
-    out->status = KVC_ERROR_DEVICE;
-    snprintf(out->message, sizeof out->message, "%s", g_err);
-    goto done;
-}
-
-__global__ void read_kernel(const float4 *p, size_t n, float *sink) {
-    float acc = 0.f;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float4 v = __ldcs(p + i);
-        acc += v.x + v.y + v.z + v.w;
-    }
-    if (acc == 1234.5f) *sink = acc;
-}
-
-extern "C" double kvc_bench_cuda_read_bw(void) {
-    size_t bytes = (size_t)2 << 30;
-    float4 *p = NULL;
-    float *sink = NULL;
-    cudaEvent_t e0 = NULL, e1 = NULL;
-    std::vector<double> t;
-    int dev, sms = 132;
-    CK(cudaGetDevice(&dev));
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    CK(cudaMalloc(&p, bytes));
-    CK(cudaMalloc(&sink, 4));
-    CK(cudaMemset(p, 0x3c, bytes));
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int i = -3; i < 30; i++) {
-        flush_l2(0);
-        cudaEventRecord(e0, 0);
-        read_kernel<<<sms * 8, 512>>>(p, bytes / 16, sink);
-        cudaEventRecord(e1, 0);
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (i >= 0) t.push_back(ms);
-    }
-    cudaFree(p);
-    cudaFree(sink);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return (double)bytes / (median(t) * 1e-3) / 1e9;
-fail:
-    fprintf(stderr, "read bandwidth: %s\n", g_err);
-    return -1;
-}
-
-extern "C" void kvc_bench_cuda_device_name(char *out, size_t n) {
-    int dev = 0;
-    cudaDeviceProp p;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
-        snprintf(out, n, "none");
-        return;
-    }
-    snprintf(out, n, "%s (device %d, sm_%d%d)", p.name, dev, p.major, p.minor);
-}
-
-extern "C" void kvc_bench_cuda_info(void) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-        printf("cuda: compiled in, no device\n");
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        cudaDeviceProp p;
-        cudaGetDeviceProperties(&p, i);
-        printf("cuda device %d: %s, %.1f GiB, %d multiprocessors, sm_%d%d, L2 %d MiB\n", i, p.name,
-               (double)p.totalGlobalMem / (1 << 30), p.multiProcessorCount, p.major, p.minor, p.l2CacheSize >> 20);
-    }
-}
