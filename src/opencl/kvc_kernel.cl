@@ -1,6 +1,6 @@
 /*
  * kvc_kernel.cl -- the OpenCL kernel.  Compiled at run time from one string:
- * kvc_canon.h + kvc_check.h + this file (embedded at build time, #include
+ * kvc_canon.h + kvc_check.h + kvc_cl_shared.h + this file (embedded at build time, #include
  * lines removed), built with FP_CONTRACT OFF (kvc_canon.h) and
  * -cl-fp32-correctly-rounded-divide-sqrt, so every operation is the
  * canonical binary32 operation: the bytes equal the CPU backend's.
@@ -22,6 +22,7 @@
  */
 #include "kvc_canon.h"
 #include "kvc_check.h"
+#include "kvc_cl_shared.h" /* kvc_cl_plan, kvc_cl_status */
 
 #define KVC_CL_WG 256
 #ifndef KVC_CL_MAX_CH
@@ -31,25 +32,12 @@
 #define KVC_CL_CHUNK_STACK 40 /* chunk merge: any chunk count < 2^38            */
 #define KVC_CL_BAD_BIT 0x40000000
 
-/* Per-launch plan (mirrors kvc_cl_plan of opencl_backend.c). */
-typedef struct {
-    long rows, nseg, ch, nchunk;
-    long small_k; /* > 0: kvc_compress_small, outputs per work-group */
-    long vec;     /* every row 8-byte aligned: float2 loads (else vload2) */
-} kvc_cl_plan;
 
 /* A row's dims 2q, 2q+1.  vload2 promises only 4-byte alignment, and
  * NVIDIA's compiler makes it two 4-byte loads; with every row 8-byte
  * aligned (pl.vec: buffers start aligned, both strides even) a float2
  * load is one 8-byte load (H200: bench/NOTES.md). */
 #define KVC_CL_LD2(p, q) (((__global const float2 *)(p))[q])
-
-/* Mirrors the host's kvc_cl_status (opencl_backend.c). */
-typedef struct {
-    int status, check;
-    long output, value;
-    int written, padding, nonfinite, invalid;
-} kvc_cl_status;
 
 typedef struct {
     float m[2], d[2], n[2];

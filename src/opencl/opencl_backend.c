@@ -21,22 +21,12 @@
 
 #include "kvc_check.h"
 #include "kvc_backend.h"
+#include "kvc_cl_shared.h"
 #include "opencl_tuning.h"
 #include "ptx_tune.h"
 
 extern const char kvc_opencl_source[];
 
-/* Mirrors kvc_cl_status of kvc_kernel.cl. */
-typedef struct {
-    cl_int status, check;
-    cl_long output, value;
-    cl_int written, padding, nonfinite, invalid;
-} kvc_cl_status;
-
-/* Mirrors kvc_cl_plan of kvc_kernel.cl. */
-typedef struct {
-    cl_long rows, nseg, ch, nchunk, small_k, vec;
-} kvc_cl_plan;
 
 typedef struct {
     cl_context ctx;
