@@ -10,6 +10,8 @@
 extern "C" {
 #endif
 
+struct kvc_out_info; /* kvc_check.h */
+
 #if defined(__GNUC__)
 #define KVC_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define KVC_HIDDEN __attribute__((visibility("hidden")))
@@ -29,10 +31,6 @@ KVC_HIDDEN void kvc_clear_error(void);
  */
 KVC_HIDDEN kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *out);
 
-/**
- * Check every index value (host memory) of resolved args, including that no
- * two outputs share a slot.  Counts padding outputs into *padding if not NULL.
- */
 /* The nine tensors of kvc_args, in its order (kv_cache last): their names
  * for messages, and their pointers. */
 #define KVC_TENSORS 9
@@ -42,7 +40,13 @@ KVC_HIDDEN void kvc_tensor_ptrs(const kvc_args *a, const void *ptrs[KVC_TENSORS]
 /* kv_cache's written bytes overlapping an input's span -> KVC_ERROR_ALIASING.
  * handles != 0 (OpenCL: the pointers are cl_mem): the same handle only. */
 KVC_HIDDEN kvc_status kvc_check_aliasing(const kvc_args *a, int handles);
-KVC_HIDDEN kvc_status kvc_check_indices(const kvc_args *a, int64_t *padding);
+/**
+ * Check every index value (host memory) of resolved args, including that no
+ * two outputs share a slot.  Counts padding outputs into *padding and keeps
+ * each output's resolved indices in infos[num_outputs] (kvc_check.h), where
+ * not NULL, so that the workers need not check again.
+ */
+KVC_HIDDEN kvc_status kvc_check_indices(const kvc_args *a, int64_t *padding, struct kvc_out_info *infos);
 
 /** Message for a failed per-output check (shared by host and device paths). */
 KVC_HIDDEN kvc_status kvc_fail_check(const kvc_args *a, int check, int64_t o,

@@ -246,7 +246,7 @@ static int cmp_slot(const void *x, const void *y) {
     return a->o < b->o ? -1 : (a->o > b->o);
 }
 
-kvc_status kvc_check_indices(const kvc_args *a, int64_t *padding) {
+kvc_status kvc_check_indices(const kvc_args *a, int64_t *padding, kvc_out_info *infos) {
     int64_t pad = 0, n = 0;
     slot_entry *slots = NULL;
     if (a->num_outputs > 0) {
@@ -260,6 +260,7 @@ kvc_status kvc_check_indices(const kvc_args *a, int64_t *padding) {
             free(slots);
             return kvc_fail_check(a, c, o, inf.value, inf.aux);
         }
+        if (infos) infos[o] = inf;
         if (inf.slot < 0) {
             pad++;
             continue;
@@ -287,5 +288,5 @@ kvc_status kvc_validate(const kvc_args *args) {
     kvc_status st = kvc_check_shapes(args, &a);
     if (st != KVC_OK) return st;
     if ((st = kvc_check_aliasing(&a, 0)) != KVC_OK) return st;
-    return kvc_check_indices(&a, NULL);
+    return kvc_check_indices(&a, NULL, NULL);
 }

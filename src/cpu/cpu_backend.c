@@ -36,6 +36,7 @@ typedef struct {
 
 typedef struct {
     const kvc_args *a;
+    const kvc_out_info *infos; /* [num_outputs], from kvc_check_indices */
     atomic_llong next;
     atomic_llong written, nonfinite;
 } cpu_job;
@@ -206,10 +207,9 @@ static void *worker(void *arg) {
     for (;;) {
         long long o = atomic_fetch_add(&job->next, 1);
         if (o >= a->num_outputs) break;
-        kvc_out_info inf;
-        kvc_check_output(a, o, &inf, 0); /* already validated: fills b, r, p, slot, pc */
-        if (inf.slot < 0) continue;
-        nonfinite += compute_output(a, &inf, w->stack, w->sizes, w->cy, w->cy + D);
+        const kvc_out_info *inf = &job->infos[o]; /* resolved by kvc_check_indices */
+        if (inf->slot < 0) continue;
+        nonfinite += compute_output(a, inf, w->stack, w->sizes, w->cy, w->cy + D);
         written++;
     }
     atomic_fetch_add(&job->written, written);
@@ -219,8 +219,14 @@ static void *worker(void *arg) {
 
 static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
     int64_t padding = 0;
-    kvc_status st = kvc_check_indices(a, &padding);
-    if (st != KVC_OK) return st;
+    kvc_out_info *infos = malloc(sizeof *infos * (size_t)(a->num_outputs > 0 ? a->num_outputs : 1));
+    if (!infos) return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CPU backend: no memory for %lld outputs' indices",
+                                (long long)a->num_outputs);
+    kvc_status st = kvc_check_indices(a, &padding, infos);
+    if (st != KVC_OK) {
+        free(infos);
+        return st;
+    }
     pthread_once(&g_masked_once, init_masked);
 
     int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
@@ -233,6 +239,7 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
 
     cpu_job job;
     job.a = a;
+    job.infos = infos;
     atomic_init(&job.next, 0);
     atomic_init(&job.written, 0);
     atomic_init(&job.nonfinite, 0);
@@ -250,6 +257,7 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
         free(workers);
         free(sizes);
         free(tids);
+        free(infos);
         return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CPU backend: no memory for %d threads' scratch", nthreads);
     }
     for (int t = 0; t < nthreads; t++) {
@@ -268,6 +276,7 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     free(workers);
     free(sizes);
     free(tids);
+    free(infos);
     if (rep) {
         rep->outputs_written = atomic_load(&job.written);
         rep->outputs_padding = padding;
