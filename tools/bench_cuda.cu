@@ -16,6 +16,7 @@
 #include "bench_backend.h"
 #include "kvc_kit.h"
 #include "kvcompress_cuda.h"
+#include "read_floor.cuh"
 
 #define CK(x)                                                                          \
     do {                                                                               \
@@ -28,7 +29,6 @@
 
 static char g_err[512];
 
-__global__ void read_kernel(const float4 *p, size_t n, float *sink);
 
 /* L2 flush: write a buffer larger than L2 (SPEC 6).  Diagnostic:
  * KVC_BENCH_FLUSH=read flushes by reading it instead, which leaves no dirty
@@ -145,15 +145,6 @@ fail:
     out->status = KVC_ERROR_DEVICE;
     snprintf(out->message, sizeof out->message, "%s", g_err);
     goto done;
-}
-
-__global__ void read_kernel(const float4 *p, size_t n, float *sink) {
-    float acc = 0.f;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float4 v = __ldcs(p + i);
-        acc += v.x + v.y + v.z + v.w;
-    }
-    if (acc == 1234.5f) *sink = acc;
 }
 
 extern "C" double kvc_bench_cuda_read_bw(void) {
