@@ -24,10 +24,23 @@ def _include_dirs():
 def _build(lib):
     import ctypes
 
+    import hashlib
+
     from torch.utils import cpp_extension
     here = os.path.dirname(os.path.abspath(__file__))
-    ext = cpp_extension.load(name="kvcompress_torch_ext", sources=[os.path.join(here, "_torch_ext.cpp")],
-                             extra_include_paths=_include_dirs(), extra_cflags=["-O2"], verbose=False)
+    src = os.path.join(here, "_torch_ext.cpp")
+    inc = _include_dirs()
+    # torch's cache knows the source, not the header it includes: the name
+    # carries a hash of both, so a changed kvc_args never meets a stale build
+    h = hashlib.sha1()
+    for path in [src] + [os.path.join(d, "kvcompress.h") for d in inc[:1]]:
+        with open(path, "rb") as f:
+            h.update(f.read())
+    ext = cpp_extension.load(name="kvcompress_torch_ext_" + h.hexdigest()[:12], sources=[src],
+                             extra_include_paths=inc, extra_cflags=["-O2"], verbose=False)
+    if ext.header_version() != lib.kvc_version_number():  # a library from elsewhere ($KVCOMPRESS_LIB)
+        raise ImportError(f"the extension was built with kvcompress.h {ext.header_version()}, "
+                          f"the loaded library is {lib.kvc_version_number()}")
     addr = [ctypes.cast(f, ctypes.c_void_p).value for f in (lib.kvc_compress, lib.kvc_args_init, lib.kvc_exec_init)]
     ext.init(*addr)
     return ext

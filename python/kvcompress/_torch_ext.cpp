@@ -176,4 +176,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("init", &init, "hand over kvc_compress, kvc_args_init and kvc_exec_init (addresses)");
     m.def("compress", &compress, "one call; returns 0, a kvc_status (> 0) or minus a refused check's status");
     m.def("last_message", &last_message, "the message of the last refused check on this thread");
+    m.def("header_version", [] { return KVC_VERSION_NUMBER; }, "KVC_VERSION_NUMBER of the header it was built with");
 }
