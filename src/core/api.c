@@ -56,10 +56,12 @@ kvc_status kvc_compress(const kvc_args *args, const kvc_exec *exec, kvc_report *
     if (id < KVC_BACKEND_CPU || id > KVC_BACKEND_OPENCL)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->backend = %d is not a kvc_backend", (int)id);
     const kvc_backend_ops *b = find_backend(id);
+    /* arguments before availability: OpenCL's tensor fields are cl_mem
+     * handles (kvcompress_opencl.h) whether or not that backend is compiled in */
+    if ((st = kvc_check_aliasing(&a, b ? b->handles : id == KVC_BACKEND_OPENCL)) != KVC_OK) return st;
     if (!b)
         return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "exec->backend = %d: this library was built without it",
                         (int)id);
-    if ((st = kvc_check_aliasing(&a, b->handles)) != KVC_OK) return st;
     return b->compress(&a, exec, report);
 }
 
