@@ -350,7 +350,8 @@ def c128_256_512_compress(state_cache, token_to_req, positions, boundary_token_i
         op, compiling = _TORCH_OP or _torch_op()
         block_size, compress_ratio, rms_norm_eps, kv_block_size = _torch_ints(block_size, compress_ratio,
                                                                               rms_norm_eps, kv_block_size)
-        if compiling():
+        if compiling() and all(_is_torch(x) for x in (state_cache, token_to_req, positions, boundary_token_indices,
+                                                      block_table, rms_norm_weight, cos_sin_cache, kv_slot_mapping)):
             op(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
                cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps, nope_format,
                bool(overlap), cos_sin_layout, kv_block_size)
