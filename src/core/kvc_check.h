@@ -142,6 +142,59 @@ KVC_FN kvc_i64 kvc_chunk_size(kvc_i64 num_outputs, kvc_i64 nseg, kvc_i64 div, kv
     return ch;
 }
 
+/**
+ * The plan of one call on a GPU backend: the window's shape, its chunking
+ * and the kernel it takes, filled once by kvc_plan_make on the host and read
+ * by the kernels (a CUDA kernel parameter, an OpenCL kernel argument: plain
+ * 64-bit fields, the same layout in C, CUDA and OpenCL C).
+ */
+typedef struct kvc_plan {
+    kvc_i64 rows;    /* window rows: C, or 2C with overlap                          */
+    kvc_i64 nseg;    /* segments per window                                         */
+    kvc_i64 ch;      /* full chunk size in segments (kvc_chunk_size)                */
+    kvc_i64 nchunk;  /* chunks per output (kvc_chunk_count)                         */
+    kvc_i64 full;    /* no overlap and whole segments: straight-line loads possible */
+    kvc_i64 small_k; /* > 0: the one-segment kernel, outputs per CTA / work-group   */
+    kvc_i64 groups;  /* CTAs / work-groups of the launch                            */
+    kvc_i64 vec;     /* 8-byte (float2) row loads allowed: set by the backend       */
+} kvc_plan;
+
+/** A backend's policy for kvc_plan_make (its tuning constants). */
+typedef struct kvc_plan_policy {
+    kvc_i64 chunk_div, max_chunks, max_ch; /* kvc_chunk_size's div, max_chunks, max_ch          */
+    kvc_i64 slots;                         /* one-segment kernel: groups resident at once        */
+    kvc_i64 small_kmax;                    /* one-segment kernel: outputs per group at most      */
+    kvc_i64 small_min;                     /* one-segment kernel only beyond this many outputs   */
+} kvc_plan_policy;
+
+#if !defined(__OPENCL_VERSION__)
+/**
+ * Fill pl for num_outputs windows of ratio C.  Windows of one segment take
+ * the one-segment kernel when there are more than pol->small_min outputs:
+ * K outputs per group, balanced over whole waves (the fewest waves that
+ * K <= small_kmax allows, then the smallest K that fills them: 32768 outputs
+ * on 396 slots are 3 waves of K = 28, not 2.6 waves of K = 32).  pl->vec is
+ * left 0 for the backend.
+ */
+KVC_FN void kvc_plan_make(kvc_i64 num_outputs, kvc_i64 C, int overlap, const kvc_plan_policy *pol, kvc_plan *pl) {
+    pl->rows = kvc_window_rows(C, overlap);
+    pl->nseg = kvc_num_segments(pl->rows);
+    pl->ch = kvc_chunk_size(num_outputs, pl->nseg, pol->chunk_div, pol->max_chunks, pol->max_ch);
+    pl->nchunk = kvc_chunk_count(pl->nseg, pl->ch);
+    pl->full = !overlap && pl->rows % KVC_SEG == 0;
+    pl->vec = 0;
+    pl->small_k = 0;
+    pl->groups = num_outputs * pl->nchunk;
+    if (pl->nseg == 1 && num_outputs > pol->small_min) {
+        const kvc_i64 per_wave = pol->slots * pol->small_kmax;
+        const kvc_i64 waves = (num_outputs + per_wave - 1) / per_wave;
+        const kvc_i64 k = (num_outputs + pol->slots * waves - 1) / (pol->slots * waves);
+        pl->small_k = k < 1 ? 1 : k > pol->small_kmax ? pol->small_kmax : k;
+        pl->groups = (num_outputs + pl->small_k - 1) / pl->small_k;
+    }
+}
+#endif
+
 /** First position the window of boundary position p reads (masked rows excluded). */
 KVC_FN kvc_i64 kvc_window_first(kvc_i64 p, kvc_i64 C, int overlap) {
     kvc_i64 lo = overlap ? p - 2 * C + 1 : p - C + 1;

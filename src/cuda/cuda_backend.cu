@@ -61,18 +61,13 @@
 /* Per-launch constants (one struct, passed by value). */
 struct launch_params {
     kvc_args a;                 /* resolved args (device pointers)               */
+    kvc_plan pl;                /* rows, segments, chunking, small_k, vec        */
     kvc_device_status *status;  /* device status word                            */
     unsigned *tickets;          /* [num_outputs] arrival counters (zeroed)       */
     float *chunk_states;        /* [num_outputs][nchunk][3][512]                 */
-    long long rows;             /* window rows: C or 2C                          */
-    long long nseg;             /* segments per window                           */
-    long long nchunk;           /* chunks per output                             */
-    long long ch;               /* full chunk size in segments                   */
     int lanes;                  /* L                                             */
     int uniform;                /* all chunks full, nchunk a power of 2 <= kTreeMax L */
-    int vec;                    /* DPT-float loads allowed (alignment)           */
     int fast;                   /* vec and no overlap: straight-line full segments */
-    int small_k;                /* one-segment windows: outputs per CTA            */
 };
 
 /* The device code, once per dims-per-thread and numerics mode (cuda_kernels.cuh). */
@@ -244,39 +239,39 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     launch_params P;
     memset(&P, 0, sizeof P);
     P.a = *a;
-    const long long C = a->compress_ratio;
-    P.rows = kvc_window_rows(C, a->overlap == KVC_OVERLAP_ON);
-    P.nseg = kvc_num_segments(P.rows);
     const long long nout = a->num_outputs;
     /* chunk size ~ total segments / CHDIV: at most one wave of CTAs (at 2
      * per SM) where the window allows, so that a CTA's prologue and merge are
      * spread over long chunks (fewer, longer CTAs won wherever the grid had
      * partial waves: bench/NOTES.md), but chunks of >= 4 segments,
      * <= MAX_CH = 16 (2 lanes x 8), and <= KVC_CUDA_MAXCHUNKS = 8 chunks per
-     * output (the last CTA's merge is the parallel, load-all-first one) */
-    const long long ch = kvc_chunk_size(nout, P.nseg, KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, MAX_CH);
-    P.ch = ch;
-    P.nchunk = kvc_chunk_count(P.nseg, ch);
+     * output (the last CTA's merge is the parallel, load-all-first one).
+     * One-segment windows: always the one-segment kernel, K outputs per CTA
+     * for whole waves of SMALL_MINB CTAs per SM. */
+    const kvc_plan_policy pol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, MAX_CH,
+                                 (long long)ks::kSmallMinb * sm_count(dev), ks::kSmallK, 0};
+    kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &P.pl);
+    const long long ch = P.pl.ch;
     /* dims per thread of the main kernel: 1 for
      * chunks of 16 full segments in at most two waves (one 512-thread lane
      * of 16 segments: faster for the 32k/65k-token cases), else 2 (two
      * 256-thread lanes of 8: faster for the 8k and 131k-token cases). */
-    const int full = a->overlap == KVC_OVERLAP_OFF && P.rows % KVC_SEG == 0 && P.nseg % ch == 0;
-    const int dpt = P.nseg == 1 ? 2 /* one-segment windows: ks (DPT 2) */
-                    : full && ch == 16 && nout * P.nchunk <= 2LL * KVC_CUDA_MINB * sm_count(dev) ? 1 : 2;
+    const int full = P.pl.full && P.pl.nseg % ch == 0;
+    const int dpt = P.pl.small_k ? 2 /* one-segment windows: ks (DPT 2) */
+                    : full && ch == 16 && P.pl.groups <= 2LL * KVC_CUDA_MINB * sm_count(dev) ? 1 : 2;
     const int max_lanes = dpt == 1 ? kvc_cuda_d1::kMaxLanes : kvc_cuda_d2::kMaxLanes;
     const int tree_max = dpt == 1 ? kvc_cuda_d1::kTreeMax : kvc_cuda_d2::kTreeMax;
     long long L = ch < max_lanes ? ch : max_lanes;
     P.lanes = (int)L;
-    P.uniform = P.nseg % ch == 0 && (P.nchunk & (P.nchunk - 1)) == 0 && P.nchunk <= tree_max * L;
+    P.uniform = P.pl.nseg % ch == 0 && (P.pl.nchunk & (P.pl.nchunk - 1)) == 0 && P.pl.nchunk <= tree_max * L;
     /* DPT-float loads need DPT-float alignment of every row */
-    P.vec = ((uintptr_t)a->state_cache % (4 * dpt) == 0) && a->state_stride_block % dpt == 0 &&
-            a->state_stride_token % dpt == 0;
-    P.fast = P.vec && a->overlap == KVC_OVERLAP_OFF;
+    P.pl.vec = ((uintptr_t)a->state_cache % (4 * dpt) == 0) && a->state_stride_block % dpt == 0 &&
+               a->state_stride_token % dpt == 0;
+    P.fast = P.pl.vec && a->overlap == KVC_OVERLAP_OFF;
 
     /* workspace: status word, tickets, chunk states */
     size_t st_bytes = 256, tk_bytes = ((size_t)nout * 4 + 255) & ~(size_t)255;
-    size_t cs_bytes = P.nchunk > 1 ? (size_t)nout * (size_t)P.nchunk * 3 * 512 * 4 : 0;
+    size_t cs_bytes = P.pl.nchunk > 1 ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0;
     size_t need = st_bytes + tk_bytes + cs_bytes;
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_find(dev, stream, 1);
@@ -316,7 +311,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     P.tickets = (unsigned *)(buf + st_bytes);
     P.chunk_states = (float *)(buf + st_bytes + tk_bytes);
     /* one memset for the library's status word and the tickets (adjacent) */
-    size_t zero = (e->device_status ? 0 : st_bytes) + (P.nchunk > 1 ? (size_t)nout * 4 : 0);
+    size_t zero = (e->device_status ? 0 : st_bytes) + (P.pl.nchunk > 1 ? (size_t)nout * 4 : 0);
     if (e->device_status &&
         (err = cudaMemsetAsync(e->device_status, 0, sizeof(kvc_device_status), stream)) != cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(status)");
@@ -324,25 +319,16 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
                     cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
-    if (P.nseg == 1) { /* one-segment windows: several outputs per CTA */
-        /* K so that the grid is one full wave (SMALL_MINB CTAs per SM), or
-         * waves of SMALL_K outputs per CTA when there are more outputs */
-        /* K balanced over whole waves: the fewest waves that K <= SMALL_K
-         * allows, then the smallest K that fills them (32768 outputs: 3 waves
-         * of K = 28, not 2.6 waves of K = 32 with a 60%-full last wave) */
-        const long long slots = (long long)ks::kSmallMinb * sm_count(dev);
-        const long long waves = (nout + slots * ks::kSmallK - 1) / (slots * ks::kSmallK);
-        long long k = (nout + slots * waves - 1) / (slots * waves);
-        P.small_k = (int)(k < 1 ? 1 : k > ks::kSmallK ? ks::kSmallK : k);
-        const long long sb = (nout + P.small_k - 1) / P.small_k;
+    if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
+        const long long sb = P.pl.groups;
         if (sb > 0x7FFFFFFFLL)
-            return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs / %d = %lld exceeds the CUDA grid", P.small_k, sb);
+            return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs / %lld = %lld exceeds the CUDA grid", P.pl.small_k, sb);
         if (fastnum) kvc_cuda_d2f::compress_small_kernel<<<(unsigned)sb, ks::kDG, 0, stream>>>(P);
         else ks::compress_small_kernel<<<(unsigned)sb, ks::kDG, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
-    long long blocks = nout * P.nchunk;
+    const long long blocks = P.pl.groups;
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs * chunks = %lld exceeds the CUDA grid", blocks);
     size_t smem = (size_t)(L * 3 * 512) * sizeof(float); /* lane states; >= 512 + 8 floats for the finaliser */

@@ -108,7 +108,7 @@ __device__ __forceinline__ void seg_load(const launch_params &P, const RT *rt, i
                     x.v[i][j] = 0.0f;
                     x.s[i][j] = KVC_NEG_INF;
                 }
-            } else if (DPT == 2 && P.vec) {
+            } else if (DPT == 2 && P.pl.vec) {
                 float2 a = KVC_LD(reinterpret_cast<const float2 *>(base + vo) + q);
                 float2 b = KVC_LD(reinterpret_cast<const float2 *>(base + so) + q);
                 x.v[i][0] = a.x;
@@ -162,7 +162,7 @@ __device__ __forceinline__ stv seg_compute(const seg_data &x, int n) {
 
 __device__ __forceinline__ int seg_rows(const launch_params &P, long long sg) {
     const long long g0 = sg * KVC_SEG;
-    return (int)((P.rows - g0) < KVC_SEG ? (P.rows - g0) : KVC_SEG);
+    return (int)((P.pl.rows - g0) < KVC_SEG ? (P.pl.rows - g0) : KVC_SEG);
 }
 
 /* The common case, as straight-line code: 8 rows, none masked (a bad block
@@ -268,7 +268,7 @@ __device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_tabl
         seg_load_full(P, rt, lr, q, x);
         return subtree_full<(KF > 0 ? KF : 1), false>(P, rt, lr, q, x);
     }
-    if (P.fast && (sg + kk) * KVC_SEG <= P.rows) { /* all kk segments full: no branches */
+    if (P.fast && (sg + kk) * KVC_SEG <= P.pl.rows) { /* all kk segments full: no branches */
         const int lr = (int)(sg * KVC_SEG - r0);
         seg_data x;
         seg_load_full(P, rt, lr, q, x);
@@ -501,7 +501,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     __shared__ row_table rt;
     __shared__ unsigned ticket;
     const int tid = threadIdx.x, q = tid % DG, lane = tid / DG;
-    const long long o = blockIdx.x / P.nchunk, j = blockIdx.x % P.nchunk;
+    const long long o = blockIdx.x / P.pl.nchunk, j = blockIdx.x % P.pl.nchunk;
 
     kvc_out_info inf;
     const int chk = kvc_check_output(&P.a, o, &inf, 0);
@@ -517,14 +517,14 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
         return;
     }
     int64_t cstart, csize;
-    kvc_chunk_of(P.nseg, P.ch, j, &cstart, &csize);
+    kvc_chunk_of(P.pl.nseg, P.pl.ch, j, &cstart, &csize);
     const int active = (int)(csize < P.lanes ? csize : P.lanes); /* lanes with work */
     const long long kk = csize / active;                        /* segments per lane */
 
     if (tid == 0) rt.bad = 0;
     __syncthreads();
     const long long r0 = cstart * KVC_SEG;
-    const long long rend = (cstart + csize) * KVC_SEG < P.rows ? (cstart + csize) * KVC_SEG : P.rows;
+    const long long rend = (cstart + csize) * KVC_SEG < P.pl.rows ? (cstart + csize) * KVC_SEG : P.pl.rows;
     fill_rows(P, inf, r0, (int)(rend - r0), &rt);
     __syncthreads();
     const int bad_rows = rt.bad;
@@ -535,7 +535,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
         if (lane < active) st = subtree_rt<KF>(P, &rt, r0, cstart + lane * kk, kk, q);
         merge_lanes(st, lane, active, q, smem);
     }
-    if (P.nchunk == 1) {
+    if (P.pl.nchunk == 1) {
         if (bad_rows) {
             if (tid == 0) count(&P.status->outputs_invalid);
             return;
@@ -545,7 +545,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
         return;
     }
     /* publish the chunk state; the last CTA of the output merges them */
-    if (lane == 0 && !bad_rows) st_store(st, P.chunk_states + (o * P.nchunk + j) * (3 * 512), q);
+    if (lane == 0 && !bad_rows) st_store(st, P.chunk_states + (o * P.pl.nchunk + j) * (3 * 512), q);
     __threadfence();
     __syncthreads();
     if (tid == 0) { /* the bad mark or-ed in before the count: a sum of two marks would carry out of the bit */
@@ -554,17 +554,17 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     }
     __syncthreads();
     const unsigned t = ticket;
-    if ((t & ~BAD_BIT) != (unsigned)(P.nchunk - 1)) return;
+    if ((t & ~BAD_BIT) != (unsigned)(P.pl.nchunk - 1)) return;
     __threadfence();
     if ((t & BAD_BIT) || bad_rows) { /* some chunk of this output saw a bad block */
         if (tid == 0) count(&P.status->outputs_invalid);
         return;
     }
-    const float *base = P.chunk_states + o * P.nchunk * (3 * 512);
+    const float *base = P.chunk_states + o * P.pl.nchunk * (3 * 512);
     if (P.uniform) {
         /* all chunks full and a power-of-two count: lanes merge complete subtrees */
-        const int la = P.nchunk < P.lanes ? (int)P.nchunk : P.lanes;
-        const int per = (int)(P.nchunk / la);
+        const int la = P.pl.nchunk < P.lanes ? (int)P.pl.nchunk : P.lanes;
+        const int per = (int)(P.pl.nchunk / la);
         if (lane < la) st = merge_chunks_tree(base, lane * per, per, q);
         merge_lanes(st, lane, la, q, smem);
     } else if (lane == 0) {
@@ -572,9 +572,9 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
         stv stack[STACK_MAX];
         long long sizes[STACK_MAX];
         int top = -1;
-        for (long long k = 0; k < P.nchunk; k++) {
+        for (long long k = 0; k < P.pl.nchunk; k++) {
             int64_t s0, sz;
-            kvc_chunk_of(P.nseg, P.ch, k, &s0, &sz);
+            kvc_chunk_of(P.pl.nseg, P.pl.ch, k, &s0, &sz);
             top++;
             stack[top] = st_load(base + k * (3 * 512), q);
             sizes[top] = sz;
@@ -596,7 +596,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
  * Windows of one segment (C <= 8, or C <= 4 with overlap: DeepSeek-V4's C4
  * compressor): one output is only 8 rows, so a CTA per output spent its life
  * in the dependent-load chain of its prologue.  Here a CTA of DG threads
- * takes K = P.small_k <= SMALL_K consecutive outputs: their index checks run
+ * takes K = P.pl.small_k <= SMALL_K consecutive outputs: their index checks run
  * in parallel (thread k: output k), their 8 K row offsets are resolved in
  * parallel (one thread per row, each row's block checked), then the outputs
  * are reduced and finalised one after another, the next output's loads in
@@ -615,8 +615,8 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     __shared__ float cbufs[2][512 + 8]; /* c and the finaliser's scratch, alternating per output */
     const kvc_args &a = P.a;
     const int q = threadIdx.x;
-    const long long o0 = (long long)blockIdx.x * P.small_k;
-    const int kn = (int)(a.num_outputs - o0 < P.small_k ? a.num_outputs - o0 : P.small_k);
+    const long long o0 = (long long)blockIdx.x * P.pl.small_k;
+    const int kn = (int)(a.num_outputs - o0 < P.pl.small_k ? a.num_outputs - o0 : P.pl.small_k);
     if (q < kn) {
         kvc_out_info inf;
         const long long o = o0 + q;
@@ -640,7 +640,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     }
     __syncthreads();
     const long long C = a.compress_ratio;
-    const int rows = (int)P.rows; /* <= 8 */
+    const int rows = (int)P.pl.rows; /* <= 8 */
     for (int t = q; t < kn * KVC_SEG; t += DG) {
         const int k = t / KVC_SEG, i = t % KVC_SEG;
         rt.voff[t] = rt.soff[t] = -1;
@@ -680,7 +680,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
      * the same for the whole CTA.  (Copying windows into shared memory with
      * cp.async two outputs ahead measured 13% slower: bench/NOTES.md.) */
     auto load = [&](int k, seg_data &x) {
-        if (rows == KVC_SEG && P.vec && !s_masked[k]) {
+        if (rows == KVC_SEG && P.pl.vec && !s_masked[k]) {
             seg_load_full<true>(P, &rt, k * KVC_SEG, q, x); /* overlap: score halves not at +512 */
         } else {
             seg_load(P, &rt, k * KVC_SEG, rows, q, x);

@@ -1,6 +1,7 @@
 /*
- * kvc_cl_shared.h -- the structs the OpenCL host (opencl_backend.c) and its
- * kernels (kvc_kernel.cl) share: one definition, included by the host and
+ * kvc_cl_shared.h -- the struct the OpenCL host (opencl_backend.c) and its
+ * kernels (kvc_kernel.cl) share besides kvc_shape and kvc_plan (kvc_check.h):
+ * one definition, included by the host and
  * embedded with the kernel source (embed.cmake).  kvc_i64 is int64_t in C and
  * long in OpenCL C (kvc_canon.h): the layouts agree.
  */
@@ -9,15 +10,10 @@
 
 #include "kvc_canon.h"
 
-/* Per-launch plan, filled by the host. */
-typedef struct {
-    kvc_i64 rows, nseg, ch, nchunk;
-    kvc_i64 small_k; /* > 0: kvc_compress_small, outputs per work-group */
-    kvc_i64 vec;     /* every row 8-byte aligned: float2 loads (else vload2) */
-} kvc_cl_plan;
-
-/* The device status word.  The counters are 32-bit (OpenCL 1.2 has no
- * 64-bit atomics without an extension); the host widens them into
+/* The device status word (40 bytes: the size kvcompress.h promises for a
+ * caller's cl_mem).  The counters are 32-bit (OpenCL 1.2 has no 64-bit
+ * atomics without an extension): each counts outputs at most once, and the
+ * host refuses calls of more than 2^31 - 1 outputs; it widens them into
  * kvc_device_status. */
 typedef struct {
     int status, check;

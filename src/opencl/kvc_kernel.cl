@@ -22,7 +22,7 @@
  */
 #include "kvc_canon.h"
 #include "kvc_check.h"
-#include "kvc_cl_shared.h" /* kvc_cl_plan, kvc_cl_status */
+#include "kvc_cl_shared.h" /* kvc_cl_status */
 
 #define KVC_CL_WG 256
 #ifndef KVC_CL_MAX_CH
@@ -98,7 +98,7 @@ static inline st2 seg_reduce(const float2 *v, const float2 *s, int n) {
 }
 
 /* Reduce the chunk's segments [s0, s0 + count) (row r0 = 8 s0 is local row 0). */
-static st2 reduce_segments(const kvc_cl_plan *pl, __global const float *state, __local const long *rowoff,
+static st2 reduce_segments(const kvc_plan *pl, __global const float *state, __local const long *rowoff,
                            long sdelta, long s0, long count, int q, int plain) {
     st2 stack[KVC_CL_SEG_STACK];
     long sizes[KVC_CL_SEG_STACK];
@@ -397,7 +397,7 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
 /* Every kernel takes the same arguments, set the same way by the host
  * (opencl_backend.c); kvc_compress_small leaves the last two unused. */
 #define KVC_CL_KERNEL_ARGS                                                                                      \
-    const kvc_shape sh, const kvc_cl_plan pl, __global const float *state, __global const int *t2r,              \
+    const kvc_shape sh, const kvc_plan pl, __global const float *state, __global const int *t2r,              \
         __global const long *positions, __global const long *slots, __global const long *bidx,                 \
         __global const int *table, __global const ushort *weight, __global const float *cos_sin,               \
         __global uchar *kv, __global kvc_cl_status *st, __global float *chunk_states,                          \
@@ -430,7 +430,7 @@ static int output_of(const kvc_shape *sh, __global const long *bidx, __global co
  * each row's physical block checked (the device half of the PHYSICAL_BLOCK
  * check: *bad set, *bad_g its value), *masked set for an overlap row before
  * the request.  Every work-item calls it (its barriers). */
-static void fill_rows(const kvc_shape *sh, const kvc_cl_plan *pl, const kvc_out_info *inf, __global const int *table,
+static void fill_rows(const kvc_shape *sh, const kvc_plan *pl, const kvc_out_info *inf, __global const int *table,
                       long cstart, long csize, __local long *rowoff, __local int *bad, __local int *masked,
                       __local long *bad_g, int q, int wg) {
     const long C = sh->compress_ratio, r0 = cstart * KVC_SEG;
@@ -462,7 +462,7 @@ static void fill_rows(const kvc_shape *sh, const kvc_cl_plan *pl, const kvc_out_
  * mem_fence is work-group scoped: the last group read stale states now and
  * then), so they are written with atomic_xchg (see publish below) and read
  * with atomic_or(p, 0): global atomics are coherent across work-groups. */
-static st2 merge_chunk_states(const kvc_cl_plan *pl, __global float *chunk_states, long o, int q) {
+static st2 merge_chunk_states(const kvc_plan *pl, __global float *chunk_states, long o, int q) {
     __global volatile int *all = (__global volatile int *)(chunk_states + o * pl->nchunk * 1536);
     st2 stack[KVC_CL_CHUNK_STACK];
     long sizes[KVC_CL_CHUNK_STACK];

@@ -285,40 +285,34 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
         CL_SUCCESS)
         return cl_fail(err, "clEnqueueFillBuffer(status)");
     if (a->num_outputs == 0) return KVC_OK;
+    /* every counter of kvc_cl_status counts outputs, each at most once */
+    if (a->num_outputs > 0x7FFFFFFFLL)
+        return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs = %lld: the OpenCL backend's status counters are 32-bit "
+                        "(at most 2147483647 outputs per call)", (long long)a->num_outputs);
 
-    /* the CUDA backend's chunk policy: about one
-     * wave of work-groups, chunks of >= 4 segments (<= 128), <= 8 chunks
-     * per output where the window allows.  On the H200 the 32k-token cases
-     * ran 31-34% faster than with the old divisor 528 (several waves), the
-     * 65k ones 17-18% (bench/NOTES.md) */
-    kvc_cl_plan pl;
-    pl.rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
-    pl.nseg = kvc_num_segments(pl.rows);
-    pl.ch = kvc_chunk_size(a->num_outputs, pl.nseg, KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH);
-    pl.nchunk = kvc_chunk_count(pl.nseg, pl.ch);
-    long long groups = (long long)a->num_outputs * pl.nchunk;
-    pl.small_k = 0;
+    /* the CUDA backend's chunk policy: about one wave of work-groups,
+     * chunks of >= 4 segments (<= 128), <= 8 chunks per output where the
+     * window allows.  On the H200 the 32k-token cases ran 31-34% faster than
+     * with the old divisor 528 (several waves), the 65k ones 17-18%
+     * (bench/NOTES.md).  One-segment windows (kvc_compress_small): K outputs
+     * per group, K <= 32 (KVC_CL_SMALL_K of kvc_kernel.cl), whole waves of 2
+     * groups per compute unit, only beyond one wave of K = 32: on the H200 it
+     * ran 4x32768-token C4 in 596 us instead of 808, but 2,048 and 8,192
+     * outputs 5-7% slower than one output per group. */
+    const long long slots = 2LL * ent->units;
+    const kvc_plan_policy pol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH, slots, 32, slots * 32};
+    kvc_plan pl;
+    kvc_plan_make(a->num_outputs, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &pl);
     /* 8-byte loads: buffers start aligned (offset 0), so both strides even */
     pl.vec = a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0;
-    const long long slots = 2LL * ent->units, nout = a->num_outputs;
-    if (pl.nseg == 1 && nout > slots * 32) {
-        /* one-segment windows (kvc_compress_small): K outputs per group,
-         * balanced over whole waves of 2 groups per compute unit, K <= 32
-         * (KVC_CL_SMALL_K of kvc_kernel.cl).  Only beyond one wave of K = 32:
-         * on the H200 it ran 4x32768-token C4 in 596 us instead of 808, but
-         * 2,048 and 8,192 outputs 5-7% slower than one output per group. */
-        const long long waves = (nout + slots * 32 - 1) / (slots * 32);
-        long long k = (nout + slots * waves - 1) / (slots * waves);
-        pl.small_k = k < 1 ? 1 : k > 32 ? 32 : k;
-        groups = (nout + pl.small_k - 1) / pl.small_k;
-    }
+    const long long groups = pl.groups;
 
     /* the 1-dim-per-work-item kernel (kvc_kernel.cl) for windows of full
      * segments without overlap on GPU devices: kvc_compress_wide (512
      * work-items, 64 registers), faster on the H200 than the 2-dims kernel
      * (bench/NOTES.md).  Test hook KVC_OPENCL_NO_WIDE=1: the 2-dims kernel
      * (tests/test_opencl_paths.c reaches both under Oclgrind) */
-    const int wide = !pl.small_k && a->overlap == KVC_OVERLAP_OFF && pl.rows % KVC_SEG == 0 && ent->wide &&
+    const int wide = !pl.small_k && pl.full && ent->wide &&
                      !test_hook("KVC_OPENCL_NO_WIDE");
     const int shared_states = pl.nchunk > 1;
 
