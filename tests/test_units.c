@@ -105,6 +105,83 @@ static void test_chunk_size(void) {
              "131k / 8k tokens at C=128: chunks of 16 and 4 segments");
 }
 
+/* kvc_plan_make against the hosts' own derivations it replaced (written out):
+ * one-segment K balanced over whole waves, groups, and the shape fields. */
+static void test_plan(void) {
+    int bad = 0;
+    const int64_t slots_list[3] = {396, 264, 4};
+    for (int si = 0; si < 3; si++)
+        for (int64_t j = 1; j <= 200; j++) {
+            const int64_t slots = slots_list[si];
+            /* sizes around whole multiples of the slots, and a geometric series */
+            const int64_t nout = j <= 100 ? slots * j + (j % 3) - 1 : ((int64_t)1 << (j % 18)) + j;
+            for (int cuda = 0; cuda < 2; cuda++) {
+                const kvc_plan_policy pol = {132, 8, 16, slots, cuda ? 32 : 32, cuda ? 0 : slots * 32};
+                kvc_plan pl;
+                kvc_plan_make(nout, 4, 1, &pol, &pl);
+                int64_t k = 0, groups = nout;
+                if (cuda || nout > slots * 32) {
+                    const int64_t waves = (nout + slots * 32 - 1) / (slots * 32);
+                    k = (nout + slots * waves - 1) / (slots * waves);
+                    k = k < 1 ? 1 : k > 32 ? 32 : k;
+                    groups = (nout + k - 1) / k;
+                }
+                bad += pl.small_k != k || pl.groups != groups || pl.rows != 8 || pl.nseg != 1 || pl.full;
+            }
+        }
+    TU_CHECK(bad == 0, "kvc_plan_make's one-segment plan differs from the hosts' old one in %d cases", bad);
+    const kvc_plan_policy pol = {132, 8, 16, 396, 28, 0};
+    kvc_plan pl;
+    kvc_plan_make(32768, 4, 1, &pol, &pl);
+    TU_CHECK(pl.small_k == 28 && pl.groups == 1171, "32768 C4 outputs on 396 slots: K = 28 (3 whole waves), got %lld",
+             (long long)pl.small_k);
+    kvc_plan_make(1024, 128, 0, &pol, &pl);
+    TU_CHECK(pl.rows == 128 && pl.nseg == 16 && pl.ch == 16 && pl.nchunk == 1 && pl.full && !pl.small_k &&
+                 pl.groups == 1024,
+             "131k tokens at C=128: one chunk of 16 segments per output");
+    kvc_plan_make(10, 100, 1, &pol, &pl);
+    TU_CHECK(pl.rows == 200 && pl.nseg == 25 && !pl.full && pl.groups == 10 * pl.nchunk, "C=100 overlap plan");
+}
+
+/* kvc_row_lookup against the row arithmetic written out, every row of
+ * overlapping and plain windows over a table with bad blocks. */
+static void test_row_lookup(void) {
+    const int32_t trow[6] = {3, 0, 6, 2, -1, 5}; /* 6 = num_blocks: bad */
+    kvc_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.block_size = 4;
+    sh.num_blocks = 6;
+    sh.state_stride_token = 2048;
+    sh.state_stride_block = 4 * 2048 + 64;
+    int bad = 0, masked = 0, badrows = 0;
+    for (int ov = 0; ov < 2; ov++) {
+        sh.overlap = ov;
+        sh.compress_ratio = 4;
+        for (int64_t p = 3; p < 16; p++)
+            for (int64_t i = 0; i < (ov ? 8 : 4); i++) {
+                const int64_t pos = ov ? (i < 4 ? p - 7 + i : p - 3 + (i - 4)) : p - 3 + i;
+                const int64_t half = ov ? (i < 4 ? 0 : 512) : 0;
+                int64_t want, blk = -99;
+                if (pos < 0) {
+                    want = KVC_ROW_MASKED;
+                    masked++;
+                } else if (trow[pos / 4] < 0 || trow[pos / 4] >= 6) {
+                    want = KVC_ROW_BAD;
+                    badrows++;
+                } else {
+                    want = trow[pos / 4] * sh.state_stride_block + (pos % 4) * 2048 + half;
+                }
+                kvc_i64 got_blk = -99;
+                const int64_t got = kvc_row_lookup(&sh, trow, p, i, &got_blk);
+                if (pos >= 0) blk = trow[pos / 4];
+                bad += got != want || (pos >= 0 && got_blk != blk);
+            }
+    }
+    TU_CHECK(bad == 0 && masked > 0 && badrows > 0, "kvc_row_lookup: %d rows differ (%d masked, %d bad seen)", bad,
+             masked, badrows);
+    TU_CHECK(kvc_score_delta(0) == 512 && kvc_score_delta(1) == 1024, "score half offsets");
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     /* SPEC 5 check values */
@@ -122,6 +199,8 @@ int main(int argc, char **argv) {
     }
 
     test_chunk_size();
+    test_plan();
+    test_row_lookup();
 
     /* kexp */
     TU_CHECK(kvc_exp(0.0f) == 1.0f, "kexp(0) = %a", kvc_exp(0.0f));

@@ -84,6 +84,31 @@ KVC_FN kvc_i64 kvc_window_row(kvc_i64 p, kvc_i64 C, int overlap, kvc_i64 i, int 
     return first ? p - 2 * C + 1 + i : p - C + 1 + (i - C);
 }
 
+/** kvc_row_lookup's results besides an offset. */
+#define KVC_ROW_MASKED (-1) /* masked overlap row: value 0, score -Inf       */
+#define KVC_ROW_BAD (-2)    /* its physical block is outside [0, num_blocks) */
+
+/** Score half - value half of a window row, in floats (kvc_window_row's so - vo). */
+KVC_FN kvc_i64 kvc_score_delta(int overlap) { return overlap ? 1024 : 512; }
+
+/**
+ * The one row lookup of every backend: window row i of the output at
+ * boundary position p whose request's block-table row is trow.  @return the
+ * element offset in state_cache of the row's value half (its scores are
+ * kvc_score_delta() further), KVC_ROW_MASKED, or KVC_ROW_BAD (*blk then holds
+ * the offending block; *blk is set whenever the row is not masked).
+ */
+KVC_FN kvc_i64 kvc_row_lookup(const kvc_shape *sh, KVC_GLOBAL const kvc_i32 *trow, kvc_i64 p, kvc_i64 i,
+                              kvc_i64 *blk) {
+    int vo, so;
+    const kvc_i64 pos = kvc_window_row(p, sh->compress_ratio, sh->overlap != 0, i, &vo, &so);
+    if (pos < 0) return KVC_ROW_MASKED;
+    const kvc_i64 g = trow[pos / sh->block_size];
+    *blk = g;
+    if (g < 0 || g >= sh->num_blocks) return KVC_ROW_BAD;
+    return kvc_row_offset(g, pos, sh->block_size, sh->state_stride_block, sh->state_stride_token) + vo;
+}
+
 /**
  * Chunk j of a window of nseg segments cut for chunk size ch (a power of
  * two): floor(nseg / ch) chunks of ch segments, then one chunk per set bit of

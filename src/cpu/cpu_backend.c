@@ -127,26 +127,18 @@ static void state_result(const seg_state *restrict st, float *restrict c) {
     for (int d = 0; d < D; d++) c[d] = KVC_DIV(st->num[d], st->den[d]);
 }
 
-/* Row of window row i (value and score pointers). */
-static void window_row(const kvc_args *a, const int32_t *table_row, int64_t p, int64_t i,
-                       const float **v, const float **s) {
-    int vo, so;
-    const int64_t pos = kvc_window_row(p, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, i, &vo, &so);
-    if (pos < 0) {
-        *v = g_masked_v;
-        *s = g_masked_s;
-        return;
-    }
-    const float *row = a->state_cache + kvc_state_row_offset(a, table_row[pos / a->block_size], pos);
-    *v = row + vo;
-    *s = row + so;
-}
-
-/* Value and score pointers of the rows of segment sg; @return its row count. */
-static int segment_rows(const kvc_args *a, const int32_t *table_row, int64_t p, int64_t rows, int64_t sg,
-                        const float **v, const float **s) {
+/* Value and score pointers of the rows of segment sg (the indices were
+ * checked by kvc_check_indices: no row is KVC_ROW_BAD); @return its row count. */
+static int segment_rows(const kvc_args *a, const kvc_shape *sh, const int32_t *table_row, int64_t p, int64_t rows,
+                        int64_t sg, const float **v, const float **s) {
     const int n = (int)((rows - sg * KVC_SEG) < KVC_SEG ? rows - sg * KVC_SEG : KVC_SEG);
-    for (int i = 0; i < n; i++) window_row(a, table_row, p, sg * KVC_SEG + i, &v[i], &s[i]);
+    const int64_t sdelta = kvc_score_delta(a->overlap == KVC_OVERLAP_ON);
+    for (int i = 0; i < n; i++) {
+        kvc_i64 blk;
+        const int64_t off = kvc_row_lookup(sh, table_row, p, sg * KVC_SEG + i, &blk);
+        v[i] = off < 0 ? g_masked_v : a->state_cache + off;
+        s[i] = off < 0 ? g_masked_s : a->state_cache + off + sdelta;
+    }
     return n;
 }
 
@@ -156,17 +148,18 @@ static int compute_output(const kvc_args *a, const kvc_out_info *inf, seg_state 
     const int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
     const int64_t nseg = kvc_num_segments(rows);
     const int32_t *table_row = a->block_table + inf->r * a->block_table_stride;
+    const kvc_shape sh = kvc_shape_of(a);
     int top = -1;
     const float *rv[2][KVC_SEG], *rs[2][KVC_SEG]; /* this segment's rows and the next one's */
     int rn[2];
-    rn[0] = segment_rows(a, table_row, inf->p, rows, 0, rv[0], rs[0]);
+    rn[0] = segment_rows(a, &sh, table_row, inf->p, rows, 0, rv[0], rs[0]);
     for (int64_t sg = 0; sg < nseg; sg++) {
         const int cur = (int)(sg & 1), nxt = cur ^ 1;
         if (sg + 1 < nseg) {
             /* Prefetch the next segment when it does not follow this one in
              * memory (a shuffled block table: a cold jump the hardware
              * prefetcher cannot see); contiguous rows it streams by itself. */
-            rn[nxt] = segment_rows(a, table_row, inf->p, rows, sg + 1, rv[nxt], rs[nxt]);
+            rn[nxt] = segment_rows(a, &sh, table_row, inf->p, rows, sg + 1, rv[nxt], rs[nxt]);
             const int contiguous = rv[nxt][0] == rv[cur][rn[cur] - 1] + a->state_stride_token;
             for (int i = 0; i < rn[nxt] && !contiguous; i++)
                 for (int k = 0; k < D; k += 64 / (int)sizeof(float)) {

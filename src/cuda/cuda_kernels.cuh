@@ -67,24 +67,15 @@ struct row_table {
  * rt->bad must be 0 on entry. */
 __device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long long r0, int nrows, row_table *rt) {
     const kvc_args &a = P.a;
-    const long long C = a.compress_ratio;
+    const kvc_shape sh = kvc_shape_of(&a);
+    const kvc_i32 *trow = a.block_table + inf.r * a.block_table_stride;
+    const long long sdelta = kvc_score_delta(a.overlap == KVC_OVERLAP_ON);
     for (int t = threadIdx.x; t < nrows; t += blockDim.x) {
-        int vo, so;
-        const long long pos = kvc_window_row(inf.p, C, a.overlap == KVC_OVERLAP_ON, r0 + t, &vo, &so);
-        if (pos < 0) {
-            rt->voff[t] = rt->soff[t] = -1;
-            continue;
-        }
-        const long long l = pos / a.block_size;
-        const long long blk = a.block_table[inf.r * a.block_table_stride + l];
-        if (blk < 0 || blk >= a.num_blocks) {
-            if (atomicCAS(&rt->bad, 0, 1) == 0) rt->bad_g = blk;
-            rt->voff[t] = rt->soff[t] = -1;
-            continue;
-        }
-        const long long base = kvc_state_row_offset(&a, blk, pos);
-        rt->voff[t] = base + vo;
-        rt->soff[t] = base + so;
+        kvc_i64 blk;
+        const long long off = kvc_row_lookup(&sh, trow, inf.p, r0 + t, &blk);
+        if (off == KVC_ROW_BAD && atomicCAS(&rt->bad, 0, 1) == 0) rt->bad_g = blk;
+        rt->voff[t] = off;
+        rt->soff[t] = off < 0 ? off : off + sdelta;
     }
 }
 
@@ -639,26 +630,20 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         s_p[q] = inf.p;
     }
     __syncthreads();
-    const long long C = a.compress_ratio;
+    const kvc_shape sh = kvc_shape_of(&a);
+    const long long sdelta = kvc_score_delta(a.overlap == KVC_OVERLAP_ON);
     const int rows = (int)P.pl.rows; /* <= 8 */
     for (int t = q; t < kn * KVC_SEG; t += DG) {
         const int k = t / KVC_SEG, i = t % KVC_SEG;
-        rt.voff[t] = rt.soff[t] = -1;
-        if (!s_ok[k] || i >= rows) continue;
-        int vo, so;
-        const long long pos = kvc_window_row(s_p[k], C, a.overlap == KVC_OVERLAP_ON, i, &vo, &so);
-        if (pos < 0) { /* masked: value 0, score -Inf */
-            s_masked[k] = 1;
-            continue;
+        long long off = -1;
+        kvc_i64 blk;
+        if (s_ok[k] && i < rows) {
+            off = kvc_row_lookup(&sh, a.block_table + s_r[k] * a.block_table_stride, s_p[k], i, &blk);
+            if (off == KVC_ROW_MASKED) s_masked[k] = 1; /* value 0, score -Inf */
+            if (off == KVC_ROW_BAD && atomicCAS(&s_bad[k], 0, 1) == 0) s_badg[k] = blk;
         }
-        const long long blk = a.block_table[s_r[k] * a.block_table_stride + pos / a.block_size];
-        if (blk < 0 || blk >= a.num_blocks) {
-            if (atomicCAS(&s_bad[k], 0, 1) == 0) s_badg[k] = blk;
-            continue;
-        }
-        const long long base = kvc_state_row_offset(&a, blk, pos);
-        rt.voff[t] = base + vo;
-        rt.soff[t] = base + so;
+        rt.voff[t] = off;
+        rt.soff[t] = off < 0 ? off : off + sdelta;
     }
     fin_in f;
     fin_load_weights(P, q, f);

@@ -433,24 +433,16 @@ static int output_of(const kvc_shape *sh, __global const long *bidx, __global co
 static void fill_rows(const kvc_shape *sh, const kvc_plan *pl, const kvc_out_info *inf, __global const int *table,
                       long cstart, long csize, __local long *rowoff, __local int *bad, __local int *masked,
                       __local long *bad_g, int q, int wg) {
-    const long C = sh->compress_ratio, r0 = cstart * KVC_SEG;
+    const long r0 = cstart * KVC_SEG;
     const long rend = (cstart + csize) * KVC_SEG < pl->rows ? (cstart + csize) * KVC_SEG : pl->rows;
     __global const int *trow = table + inf->r * sh->block_table_stride;
     if (q == 0) *bad = *masked = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (long t = q; t < rend - r0; t += wg) {
-        int vo, so;
-        const long pos = kvc_window_row(inf->p, C, sh->overlap != 0, r0 + t, &vo, &so);
-        long off = -1;
-        if (pos < 0) *masked = 1;
-        if (pos >= 0) {
-            const long g = trow[pos / sh->block_size];
-            if (g < 0 || g >= sh->num_blocks) {
-                if (atomic_xchg(bad, 1) == 0) *bad_g = g;
-            } else {
-                off = kvc_row_offset(g, pos, sh->block_size, sh->state_stride_block, sh->state_stride_token) + vo;
-            }
-        }
+        long g;
+        const long off = kvc_row_lookup(sh, trow, inf->p, r0 + t, &g);
+        if (off == KVC_ROW_MASKED) *masked = 1;
+        if (off == KVC_ROW_BAD && atomic_xchg(bad, 1) == 0) *bad_g = g;
         rowoff[t] = off;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -549,30 +541,22 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     long cstart, csize;
     kvc_chunk_of(pl.nseg, pl.ch, j, &cstart, &csize);
     /* the chunk's rows: offsets of the value halves, each row's block checked */
-    const long C = sh.compress_ratio, r0 = cstart * KVC_SEG;
+    const long r0 = cstart * KVC_SEG;
     const long rend = (cstart + csize) * KVC_SEG < pl.rows ? (cstart + csize) * KVC_SEG : pl.rows;
     __global const int *trow = table + inf.r * sh.block_table_stride;
     if (q == 0) bad = masked = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (long t = q; t < rend - r0; t += KVC_CL_WG) {
-        int vo, so;
-        const long pos = kvc_window_row(inf.p, C, sh.overlap != 0, r0 + t, &vo, &so);
-        long off = -1;
-        if (pos < 0) masked = 1;
-        if (pos >= 0) {
-            const long g = trow[pos / sh.block_size];
-            if (g < 0 || g >= sh.num_blocks) {
-                if (atomic_xchg(&bad, 1) == 0) bad_g = g;
-            } else {
-                off = kvc_row_offset(g, pos, sh.block_size, sh.state_stride_block, sh.state_stride_token) + vo;
-            }
-        }
+        long g;
+        const long off = kvc_row_lookup(&sh, trow, inf.p, r0 + t, &g);
+        if (off == KVC_ROW_MASKED) masked = 1;
+        if (off == KVC_ROW_BAD && atomic_xchg(&bad, 1) == 0) bad_g = g;
         rowoff[t] = off;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int bad_rows = bad;
     if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, bad_g);
-    const long sdelta = sh.overlap != 0 ? 1024 : 512; /* score half - value half */
+    const long sdelta = kvc_score_delta(sh.overlap != 0);
     /* (with a bad row the offsets are -1 and the result is discarded) */
     st2 res;
     if (KVC_CL_STRAIGHT && pl.vec && !masked && !bad && (cstart + csize) * KVC_SEG <= pl.rows)
@@ -802,29 +786,19 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         s_p[q] = inf.p;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    const long C = sh.compress_ratio;
     const int rows = (int)pl.rows; /* <= 8 */
     for (int x = q; x < kn * KVC_SEG; x += KVC_CL_WG) {
         const int k = x / KVC_SEG, i = x % KVC_SEG;
-        long off = -1;
+        long off = -1, g;
         if (s_ok[k] && i < rows) {
-            int vo, so;
-            const long pos = kvc_window_row(s_p[k], C, sh.overlap != 0, i, &vo, &so);
-            if (pos < 0) {
-                s_masked[k] = 1;
-            } else {
-                const long g = table[s_r[k] * sh.block_table_stride + pos / sh.block_size];
-                if (g < 0 || g >= sh.num_blocks) {
-                    if (atomic_xchg(&s_bad[k], 1) == 0) s_badg[k] = g;
-                } else {
-                    off = kvc_row_offset(g, pos, sh.block_size, sh.state_stride_block, sh.state_stride_token) + vo;
-                }
-            }
+            off = kvc_row_lookup(&sh, table + s_r[k] * sh.block_table_stride, s_p[k], i, &g);
+            if (off == KVC_ROW_MASKED) s_masked[k] = 1;
+            if (off == KVC_ROW_BAD && atomic_xchg(&s_bad[k], 1) == 0) s_badg[k] = g;
         }
         rowoff[x] = off;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    const long sdelta = sh.overlap != 0 ? 1024 : 512; /* score half - value half */
+    const long sdelta = kvc_score_delta(sh.overlap != 0);
     int written = 0, nonfinite = 0;                    /* work-item 0's counts */
     /* the next output to reduce from k on; the skipped ones with a bad block
      * are reported (the choice is the same in every work-item) */
