@@ -297,6 +297,34 @@ KVC_FN void kvc_rope(float u, float v, float c, float s, float *uo, float *wo) {
 /** 1 if bf16 bits are +-Inf or NaN. */
 KVC_FN int kvc_bf16_nonfinite(kvc_u16 h) { return (h & 0x7F80u) == 0x7F80u; }
 
+/* ---- finaliser pieces (every backend's finaliser is made of these) ------ */
+
+/** Cos and sin of RoPE pair j (0..31) from its cos/sin row (split or interleaved). */
+KVC_FN void kvc_cos_sin(KVC_GLOBAL const float *cs, int interleaved, int j, float *c, float *s) {
+    *c = interleaved ? cs[2 * j] : cs[j];
+    *s = interleaved ? cs[2 * j + 1] : cs[32 + j];
+}
+
+/** A NOPE dim's normalised value y rounded to bf16 (*z).  @return 1 if non-finite. */
+KVC_FN int kvc_nope_bf16(float y, float *z) {
+    const kvc_u16 h = kvc_bf16_bits(y);
+    *z = kvc_bf16_to_f32(h);
+    return kvc_bf16_nonfinite(h);
+}
+
+/** RoPE pair (y0, y1) rotated and rounded to bf16 bits.  @return 1 if non-finite. */
+KVC_FN int kvc_rope_bf16(float y0, float y1, float c, float s, kvc_u16 *h0, kvc_u16 *h1) {
+    float uo, wo;
+    kvc_rope(y0, y1, c, s, &uo, &wo);
+    *h0 = kvc_bf16_bits(uo);
+    *h1 = kvc_bf16_bits(wo);
+    return kvc_nonfinite(uo) | kvc_nonfinite(wo) | kvc_bf16_nonfinite(*h0) | kvc_bf16_nonfinite(*h1);
+}
+
+/** The scale byte of a NOPE group of exponent e, or of a non-finite slot. */
+#define KVC_SCALE_NONFINITE 0xFFu
+KVC_FN kvc_u8 kvc_scale_byte(int e, int bad) { return bad ? (kvc_u8)KVC_SCALE_NONFINITE : (kvc_u8)(e + 127); }
+
 /* ---- whole-slot finaliser ------------------------------------------------ */
 /* c and y scratch live in KVC_FIN_SCRATCH memory: nothing for C and CUDA,
  * __local for OpenCL. */
@@ -311,7 +339,7 @@ KVC_FN void kvc_write_nonfinite_slot(KVC_GLOBAL kvc_u8 *payload, KVC_GLOBAL kvc_
         payload[448 + 2 * j] = (kvc_u8)(KVC_BF16_QNAN & 0xFFu);
         payload[448 + 2 * j + 1] = (kvc_u8)(KVC_BF16_QNAN >> 8);
     }
-    for (int g = 0; g < 7; g++) scales[g] = 0xFF;
+    for (int g = 0; g < 7; g++) scales[g] = kvc_scale_byte(0, 1);
     scales[7] = 0;
 }
 
@@ -340,23 +368,18 @@ KVC_FN int kvc_finalize_slot(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH flo
     /* RoPE on dims 448..511. */
     kvc_u16 rope[64];
     for (int j = 0; j < 32; j++) {
-        float cj = interleaved ? cs[2 * j] : cs[j];
-        float sj = interleaved ? cs[2 * j + 1] : cs[32 + j];
-        float uo, wo;
-        kvc_rope(y[448 + 2 * j], y[449 + 2 * j], cj, sj, &uo, &wo);
-        bad |= kvc_nonfinite(uo) | kvc_nonfinite(wo);
-        rope[2 * j] = kvc_bf16_bits(uo);
-        rope[2 * j + 1] = kvc_bf16_bits(wo);
-        bad |= kvc_bf16_nonfinite(rope[2 * j]) | kvc_bf16_nonfinite(rope[2 * j + 1]);
+        float cj, sj;
+        kvc_cos_sin(cs, interleaved, j, &cj, &sj);
+        bad |= kvc_rope_bf16(y[448 + 2 * j], y[449 + 2 * j], cj, sj, &rope[2 * j], &rope[2 * j + 1]);
     }
     /* bf16 of the NOPE dims (in place) and per-group exponents. */
     int ex[7];
     for (int g = 0; g < 7; g++) {
         float amax = 0.0f;
         for (int d = 64 * g; d < 64 * g + 64; d++) {
-            kvc_u16 h = kvc_bf16_bits(y[d]);
-            bad |= kvc_bf16_nonfinite(h);
-            y[d] = kvc_bf16_to_f32(h);
+            float z;
+            bad |= kvc_nope_bf16(y[d], &z);
+            y[d] = z;
             float a = y[d] < 0.0f ? -y[d] : y[d];
             amax = kvc_max(amax, a);
         }
@@ -368,7 +391,7 @@ KVC_FN int kvc_finalize_slot(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH flo
     }
     for (int g = 0; g < 7; g++) {
         for (int d = 64 * g; d < 64 * g + 64; d++) payload[d] = kvc_nope_code(y[d], ex[g], fp8);
-        scales[g] = (kvc_u8)(ex[g] + 127);
+        scales[g] = kvc_scale_byte(ex[g], 0);
     }
     scales[7] = 0;
     for (int j = 0; j < 64; j++) {

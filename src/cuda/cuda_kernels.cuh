@@ -321,11 +321,7 @@ __device__ __forceinline__ void fin_load_cos_sin(const launch_params &P, long lo
     const float *cs = P.a.cos_sin_cache + pc * P.a.cos_sin_stride;
     const int il = P.a.cos_sin_layout == KVC_COS_SIN_INTERLEAVED;
 #pragma unroll
-    for (int t = 0; t < 2; t++) {
-        const int jj = 2 * (q - 112) + t;
-        f.cs[2 * t] = il ? cs[2 * jj] : cs[jj];
-        f.cs[2 * t + 1] = il ? cs[2 * jj + 1] : cs[32 + jj];
-    }
+    for (int t = 0; t < 2; t++) kvc_cos_sin(cs, il, 2 * (q - 112) + t, &f.cs[2 * t], &f.cs[2 * t + 1]);
 }
 
 /*
@@ -372,9 +368,8 @@ __device__ int finalize(const launch_params &P, long long slot, const float c[4]
     float z[4], amax = 0.0f;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        kvc_u16 h = kvc_bf16_bits(y[j]);
-        if (q < 112) bad |= kvc_bf16_nonfinite(h);
-        z[j] = kvc_bf16_to_f32(h);
+        const int b = kvc_nope_bf16(y[j], &z[j]);
+        if (q < 112) bad |= b;
         amax = fmaxf(amax, fabsf(z[j])); /* NaN only where bad is set */
     }
 #pragma unroll
@@ -387,11 +382,8 @@ __device__ int finalize(const launch_params &P, long long slot, const float c[4]
     } else { /* RoPE: 2 pairs per thread */
 #pragma unroll
         for (int t = 0; t < 2; t++) {
-            float uo, wo;
-            kvc_rope(y[2 * t], y[2 * t + 1], f.cs[2 * t], f.cs[2 * t + 1], &uo, &wo);
-            bad |= kvc_nonfinite(uo) | kvc_nonfinite(wo);
-            kvc_u16 hu = kvc_bf16_bits(uo), hw = kvc_bf16_bits(wo);
-            bad |= kvc_bf16_nonfinite(hu) | kvc_bf16_nonfinite(hw);
+            kvc_u16 hu, hw;
+            bad |= kvc_rope_bf16(y[2 * t], y[2 * t + 1], f.cs[2 * t], f.cs[2 * t + 1], &hu, &hw);
             out[4 * t + 0] = (uint8_t)(hu & 0xFF);
             out[4 * t + 1] = (uint8_t)(hu >> 8);
             out[4 * t + 2] = (uint8_t)(hw & 0xFF);
@@ -403,7 +395,7 @@ __device__ int finalize(const launch_params &P, long long slot, const float c[4]
     bad = or_across_128(bad);
     if (q < 112) {
         for (int j = 0; j < 4; j++) payload[4 * q + j] = bad ? 0 : out[j];
-        if ((q & 15) == 0) scales[q >> 4] = bad ? 0xFF : (uint8_t)(e + 127);
+        if ((q & 15) == 0) scales[q >> 4] = kvc_scale_byte(e, bad);
     } else {
         uint8_t *rp = payload + 448 + 8 * (q - 112);
         for (int j = 0; j < nout; j++) rp[j] = bad ? (uint8_t)((j & 1) ? 0x7F : 0xC0) : out[j];

@@ -295,9 +295,7 @@ static inline void fin_inputs(__global const ushort *w, __global const float *cs
     *w1 = kvc_bf16_to_f32(w[2 * q + 1]);
     *cj = *sj = 0.0f;
     if (q >= 224) {
-        const int j = q - 224;
-        *cj = interleaved ? cs[2 * j] : cs[j];
-        *sj = interleaved ? cs[2 * j + 1] : cs[32 + j];
+        kvc_cos_sin(cs, interleaved, q - 224, cj, sj);
     }
 }
 
@@ -358,19 +356,11 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
     ushort h0, h1;
     float z0 = 0.0f, z1 = 0.0f;
     if (q < 224) { /* NOPE */
-        h0 = kvc_bf16_bits(y0);
-        h1 = kvc_bf16_bits(y1);
-        bad |= kvc_bf16_nonfinite(h0) | kvc_bf16_nonfinite(h1);
-        z0 = kvc_bf16_to_f32(h0);
-        z1 = kvc_bf16_to_f32(h1);
+        bad |= kvc_nope_bf16(y0, &z0) | kvc_nope_bf16(y1, &z1);
         const float a0 = z0 < 0.0f ? -z0 : z0, a1 = z1 < 0.0f ? -z1 : z1;
         if (on) atomic_max(&flags[1 + q / 32], (int)as_uint(kvc_max(a0, a1)));
     } else { /* RoPE pair j = q - 224 */
-        float uo, wo;
-        kvc_rope(y0, y1, cj, sj, &uo, &wo);
-        h0 = kvc_bf16_bits(uo);
-        h1 = kvc_bf16_bits(wo);
-        bad |= kvc_nonfinite(uo) | kvc_nonfinite(wo) | kvc_bf16_nonfinite(h0) | kvc_bf16_nonfinite(h1);
+        bad |= kvc_rope_bf16(y0, y1, cj, sj, &h0, &h1);
     }
     if (on && bad) flags[0] = 1;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -380,7 +370,7 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
             const int e = kvc_group_exponent(as_float((uint)flags[1 + q / 32]), fp8);
             payload[2 * q] = bad ? 0 : kvc_nope_code(z0, e, fp8);
             payload[2 * q + 1] = bad ? 0 : kvc_nope_code(z1, e, fp8);
-            if (q % 32 == 0) scales[q / 32] = bad ? 0xFF : (uchar)(e + 127);
+            if (q % 32 == 0) scales[q / 32] = kvc_scale_byte(e, bad);
         } else {
             __global uchar *rp = payload + 448 + 4 * (q - 224);
             if (bad) h0 = h1 = KVC_BF16_QNAN;
