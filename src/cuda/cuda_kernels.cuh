@@ -622,20 +622,29 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         s_p[q] = inf.p;
     }
     __syncthreads();
-    const kvc_shape sh = kvc_shape_of(&a);
-    const long long sdelta = kvc_score_delta(a.overlap == KVC_OVERLAP_ON);
+    /* the row lookup written out here, not kvc_row_lookup: through the
+     * shared function this kernel ran C4 4x131072 0.6% slower (H200,
+     * bench/NOTES.md session 9) */
+    const long long C = a.compress_ratio;
     const int rows = (int)P.pl.rows; /* <= 8 */
     for (int t = q; t < kn * KVC_SEG; t += DG) {
         const int k = t / KVC_SEG, i = t % KVC_SEG;
-        long long off = -1;
-        kvc_i64 blk;
-        if (s_ok[k] && i < rows) {
-            off = kvc_row_lookup(&sh, a.block_table + s_r[k] * a.block_table_stride, s_p[k], i, &blk);
-            if (off == KVC_ROW_MASKED) s_masked[k] = 1; /* value 0, score -Inf */
-            if (off == KVC_ROW_BAD && atomicCAS(&s_bad[k], 0, 1) == 0) s_badg[k] = blk;
+        rt.voff[t] = rt.soff[t] = -1;
+        if (!s_ok[k] || i >= rows) continue;
+        int vo, so;
+        const long long pos = kvc_window_row(s_p[k], C, a.overlap == KVC_OVERLAP_ON, i, &vo, &so);
+        if (pos < 0) { /* masked: value 0, score -Inf */
+            s_masked[k] = 1;
+            continue;
         }
-        rt.voff[t] = off;
-        rt.soff[t] = off < 0 ? off : off + sdelta;
+        const long long blk = a.block_table[s_r[k] * a.block_table_stride + pos / a.block_size];
+        if (blk < 0 || blk >= a.num_blocks) {
+            if (atomicCAS(&s_bad[k], 0, 1) == 0) s_badg[k] = blk;
+            continue;
+        }
+        const long long base = kvc_state_row_offset(&a, blk, pos);
+        rt.voff[t] = base + vo;
+        rt.soff[t] = base + so;
     }
     fin_in f;
     fin_load_weights(P, q, f);
