@@ -561,13 +561,11 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
             top++;
             stack[top] = st_load(base + k * (3 * 512), q);
             sizes[top] = sz;
-            while (top >= 1 && sizes[top - 1] == sizes[top]) {
-                st_merge(stack[top - 1], stack[top]);
-                sizes[top - 1] *= 2;
-                top--;
-            }
+#define CUDA_MERGE(l, r) st_merge(stack[l], stack[r])
+            KVC_TREE_PUSH(sizes, top, CUDA_MERGE);
         }
-        for (int k = top - 1; k >= 0; k--) st_merge(stack[k], stack[k + 1]);
+        KVC_TREE_FOLD(top, CUDA_MERGE);
+#undef CUDA_MERGE
         st = stack[0];
     }
     if (lane != 0) return;
