@@ -8,6 +8,7 @@
 
 #include "kvcompress.h"
 #include "kvcompress_rand.h"
+#include "kvc_check.h" /* kvc_resolve_strides */
 
 #define TU_SKIP 77 /* CTest SKIP_RETURN_CODE */
 
@@ -42,7 +43,9 @@ static inline void *tu_dup(const void *p, size_t n) {
 
 /* Is byte `off` of the KV cache inside the 584 bytes of a slot in `written`? */
 static inline int tu_in_slot(const kvc_args *a, size_t off, const unsigned char *written) {
-    int64_t S = a->kv_block_size, stride = a->page_stride ? a->page_stride : S * 584;
+    kvc_args r = *a;
+    kvc_resolve_strides(&r);
+    int64_t S = a->kv_block_size, stride = r.page_stride;
     int64_t page = (int64_t)off / stride, in = (int64_t)off % stride;
     int64_t s;
     if (in < S * 576) s = in / 576;
@@ -61,8 +64,9 @@ static inline int tu_check_untouched(const kvc_args *a, const unsigned char *bef
         int64_t slot = a->kv_slot_mapping[b];
         if (slot >= 0 && slot < nslots) written[slot] = 1;
     }
-    int64_t stride = a->page_stride ? a->page_stride : a->kv_block_size * 584;
-    size_t total = (size_t)(a->num_pages * stride);
+    kvc_args r = *a;
+    kvc_resolve_strides(&r);
+    size_t total = (size_t)(a->num_pages * r.page_stride);
     for (size_t i = 0; i < total; i++)
         if (before[i] != after[i] && !tu_in_slot(a, i, written)) {
             snprintf(msg, msglen, "byte %zu outside written slots changed 0x%02x -> 0x%02x", i, before[i], after[i]);

@@ -312,6 +312,20 @@ KVC_FN int kvc_check_output(const kvc_args *a, kvc_i64 o, kvc_out_info *inf, int
                               a->block_table, o, inf, check_blocks);
 }
 
+/**
+ * Replace every 0 ("contiguous") stride of a by the value kvcompress.h gives
+ * it.  The one place these defaults are written: kvc_check_shapes calls it
+ * (after checking that block_size * state_stride_token and kv_block_size *
+ * 584 fit in int64), and the test kit does, on its copies of a call.
+ */
+KVC_FN void kvc_resolve_strides(kvc_args *a) {
+    if (a->state_stride_token == 0) a->state_stride_token = a->state_width;
+    if (a->state_stride_block == 0) a->state_stride_block = a->block_size * a->state_stride_token;
+    if (a->block_table_stride == 0) a->block_table_stride = a->blocks_per_req;
+    if (a->cos_sin_stride == 0) a->cos_sin_stride = 64;
+    if (a->page_stride == 0) a->page_stride = a->kv_block_size * KVC_SLOT_BYTES;
+}
+
 KVC_FN kvc_i64 kvc_state_row_offset(const kvc_args *a, kvc_i64 blk, kvc_i64 pos) {
     return kvc_row_offset(blk, pos, a->block_size, a->state_stride_block, a->state_stride_token);
 }

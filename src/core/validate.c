@@ -164,19 +164,13 @@ kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *a) {
         (st = need_nonneg("page_stride", a->page_stride)))
         return st;
 
-    /* 0 strides mean "contiguous". */
-    if (a->state_stride_token == 0) a->state_stride_token = width;
-    if (a->state_stride_block == 0) {
-        if (!mul_ok(a->block_size, a->state_stride_token))
-            return kvc_fail(KVC_ERROR_BAD_SHAPE, "block_size * state_stride_token overflows int64");
-        a->state_stride_block = a->block_size * a->state_stride_token;
-    }
-    if (a->block_table_stride == 0) a->block_table_stride = a->blocks_per_req;
-    if (a->cos_sin_stride == 0) a->cos_sin_stride = 64;
+    /* 0 strides mean "contiguous" (kvc_resolve_strides), where the products fit */
+    if (a->state_stride_block == 0 && !mul_ok(a->block_size, a->state_stride_token ? a->state_stride_token : width))
+        return kvc_fail(KVC_ERROR_BAD_SHAPE, "block_size * state_stride_token overflows int64");
     if (!mul_ok(a->kv_block_size, KVC_SLOT_BYTES))
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "kv_block_size = " I64 " is too large", LL(a->kv_block_size));
-    int64_t page_need = a->kv_block_size * KVC_SLOT_BYTES;
-    if (a->page_stride == 0) a->page_stride = page_need;
+    kvc_resolve_strides(a);
+    const int64_t page_need = a->kv_block_size * KVC_SLOT_BYTES;
 
     if (a->state_stride_token < width)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "state_stride_token = " I64 " < state_width = " I64,

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kvc_kit.h"
+#include "kvc_check.h"
 
 /* The case through the backend under test (host-resident args; GPU kits copy
  * in and out).  The GPU's first device-side error comes back as a status. */
@@ -112,7 +113,9 @@ static int one_case(const kvc_conform_opts *o, kvc_case *c, uint64_t seed, char 
     if (!bad && memcmp(c->kv_cache, want, bytes) != 0) {
         size_t k = 0;
         while (c->kv_cache[k] == want[k]) k++;
-        const int64_t ps = c->args.page_stride ? c->args.page_stride : KVC_SLOT_BYTES * c->args.kv_block_size;
+        kvc_args r = c->args;
+        kvc_resolve_strides(&r);
+        const int64_t ps = r.page_stride;
         snprintf(msg, len, "kv_cache byte %zu (page %lld, offset %lld): 0x%02x, CPU 0x%02x", k,
                  (long long)(k / (size_t)ps), (long long)(k % (size_t)ps), c->kv_cache[k], want[k]);
         bad = 1;

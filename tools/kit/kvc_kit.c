@@ -1,6 +1,7 @@
 /* kvc_kit.c -- see kvc_kit.h. */
 #define _POSIX_C_SOURCE 200809L
 #include "kvc_kit.h"
+#include "kvc_check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -135,9 +136,10 @@ int kvc_kit_load_index(const char *golden_dir, kvc_golden_case **cases) {
 }
 
 void kvc_kit_slot_row(const kvc_args *a, int64_t slot, uint8_t row[KVC_SLOT_BYTES]) {
-    int64_t S = a->kv_block_size;
-    int64_t stride = a->page_stride ? a->page_stride : S * KVC_SLOT_BYTES;
-    const uint8_t *page = a->kv_cache + (slot / S) * stride;
+    kvc_args r = *a;
+    kvc_resolve_strides(&r);
+    const int64_t S = a->kv_block_size;
+    const uint8_t *page = a->kv_cache + (slot / S) * r.page_stride;
     memcpy(row, page + (slot % S) * KVC_PAYLOAD_BYTES, KVC_PAYLOAD_BYTES);
     memcpy(row + KVC_PAYLOAD_BYTES, page + S * KVC_PAYLOAD_BYTES + (slot % S) * KVC_SCALE_BYTES, KVC_SCALE_BYTES);
 }
@@ -280,12 +282,12 @@ int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t m
 
 static size_t span(int64_t n, int64_t stride, int64_t last) { return n <= 0 ? 0 : (size_t)((n - 1) * stride + last); }
 
-void kvc_kit_tensors(const kvc_args *h, const void *ptrs[9], size_t bytes[9]) {
-    int64_t W = h->state_width, st = h->state_stride_token ? h->state_stride_token : W;
-    int64_t sb = h->state_stride_block ? h->state_stride_block : h->block_size * st;
-    int64_t bt = h->block_table_stride ? h->block_table_stride : h->blocks_per_req;
-    int64_t cs = h->cos_sin_stride ? h->cos_sin_stride : 64;
-    int64_t ps = h->page_stride ? h->page_stride : h->kv_block_size * 584;
+void kvc_kit_tensors(const kvc_args *in, const void *ptrs[9], size_t bytes[9]) {
+    kvc_args r = *in;
+    kvc_resolve_strides(&r);
+    const kvc_args *h = &r;
+    const int64_t W = h->state_width, st = h->state_stride_token, sb = h->state_stride_block;
+    const int64_t bt = h->block_table_stride, cs = h->cos_sin_stride, ps = h->page_stride;
     const void *p[9] = {h->state_cache, h->token_to_req, h->positions, h->kv_slot_mapping,
                         h->boundary_token_indices, h->block_table, h->rms_norm_weight, h->cos_sin_cache,
                         h->kv_cache};
