@@ -192,7 +192,7 @@ __device__ __forceinline__ void seg_load_full(const launch_params &P, const RT *
  * register budget (mostly late in the segment), but the code between the
  * segments of a subtree is one basic block, so it can overlap each
  * segment's loads with arithmetic; the per-segment branch of the generic
- * path below prevented that (bench/NOTES.md: 192 -> 160 us at 131k tokens).
+ * path below prevented that (bench/NOTES.md, session 3).
  */
 template <bool NEXT, bool SCORES_FROM_TABLE = false, class RT>
 __device__ __forceinline__ stv seg_compute_roll(const launch_params &P, const RT *rt, int lr_next, int q,
@@ -212,7 +212,7 @@ __device__ __forceinline__ stv subtree_full(const launch_params &P, const row_ta
         return seg_compute_roll<MORE>(P, rt, lr + KVC_SEG, q, x);
     } else {
         /* (parking A in shared memory instead of registers while B is
-         * reduced measured 3-5% slower: bench/NOTES.md) */
+         * reduced measured slower: bench/NOTES.md) */
         stv A = subtree_full<KK / 2, true>(P, rt, lr, q, x);
         stv B = subtree_full<KK / 2, MORE>(P, rt, lr + (KK / 2) * KVC_SEG, q, x);
         st_merge(A, B);
@@ -472,7 +472,7 @@ __device__ void finish(const launch_params &P, const kvc_out_info &inf, const st
     fin_load_cos_sin(P, inf.pc, q, f);
     /* the count first: its atomic's round trip then overlaps the
      * finalisation instead of holding the CTA after it (measured on the
-     * OpenCL wide kernel: 1.3 us of 164 at 131k C=128) */
+     * OpenCL wide kernel) */
     if (q == 0) count(&P.status->outputs_written);
     const int bad = finalize(P, inf.slot, c, q, smem + 512, f);
     if (q == 0 && bad) count(&P.status->outputs_nonfinite);
@@ -621,8 +621,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     }
     __syncthreads();
     /* the row lookup written out here, not kvc_row_lookup: through the
-     * shared function this kernel ran C4 4x131072 0.6% slower (H200,
-     * bench/NOTES.md session 9) */
+     * shared function this kernel measured slower (bench/NOTES.md) */
     const long long C = a.compress_ratio;
     const int rows = (int)P.pl.rows; /* <= 8 */
     for (int t = q; t < kn * KVC_SEG; t += DG) {
@@ -662,7 +661,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     /* 8 unmasked rows and 8-byte loads (all but a request's first windows):
      * straight-line loads, no per-row branches; the choice is per output,
      * the same for the whole CTA.  (Copying windows into shared memory with
-     * cp.async two outputs ahead measured 13% slower: bench/NOTES.md.) */
+     * cp.async two outputs ahead measured slower: bench/NOTES.md.) */
     auto load = [&](int k, seg_data &x) {
         if (rows == KVC_SEG && P.pl.vec && !s_masked[k]) {
             seg_load_full<true>(P, &rt, k * KVC_SEG, q, x); /* overlap: score halves not at +512 */

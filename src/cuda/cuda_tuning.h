@@ -11,14 +11,14 @@
 /* chunk size ~ total segments / 132: about one wave of CTAs (264 and 528
  * were slower at 32k/65k tokens, session 3) */
 #define KVC_CUDA_CHDIV 132
-/* segments per chunk at most: 2 lanes x 8 (32 = 16 per lane: 25% slower at
- * 131k tokens, C >= 256) */
+/* segments per chunk at most: 2 lanes x 8 (16 per lane was slower at 131k
+ * tokens, C >= 256) */
 #define MAX_CH 16
 /* chunks per output at most: the last CTA's merge loads all chunk states first */
 #define KVC_CUDA_MAXCHUNKS 8
-/* lanes per CTA at 2 dims per thread (1 lane at 3-4 CTAs/SM: 131k 9-50% slower) */
+/* lanes per CTA at 2 dims per thread (1 lane at 3-4 CTAs/SM was slower at 131k tokens) */
 #define KVC_CUDA_LANES 2
-/* one-segment kernel: resident CTAs per SM (4: 1% better at 4 x 131072, 4% worse at 4 x 32768) */
+/* one-segment kernel: resident CTAs per SM (4 was better at 4 x 131072 tokens, worse at 4 x 32768) */
 #define KVC_CUDA_SMALL_MINB 3
 /* one-segment kernel: outputs per CTA at most (K is balanced over whole waves per call) */
 #define SMALL_K 32

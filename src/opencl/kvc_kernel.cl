@@ -130,8 +130,8 @@ static st2 reduce_segments(const kvc_plan *pl, __global const float *state, __lo
  * The common case as straight-line code: a chunk whose segments are all
  * full and whose rows are all present.  Everything below is unrolled by
  * hand (no private arrays indexed at run time: those live in memory), so one
- * segment's loads can overlap another's arithmetic: on the H200 this path
- * took the 131k-token cases from 318 to 192 us, exact on all golden cases.
+ * segment's loads can overlap another's arithmetic (on the H200 much
+ * faster than the loop form, bench/NOTES.md), exact on all golden cases.
  *
  * KVC_CL_STRAIGHT (set by the host for GPU devices) enables it.  PoCL 3.1
  * (Debian 12, CI) computes wrong bytes with it -- with this form, with
@@ -168,11 +168,10 @@ static inline void sub_full_1(__global const float *state, __local const long *r
 /*
  * The 8-segment block, software-pipelined: two named segment buffers,
  * the next segment's 16 loads issued before the current one's arithmetic.
- * H200, 131k tokens C=128/256/512 (bench/NOTES.md): 178/181/187 us;
- * the forms measured against it and removed: each segment loading then
- * computing (the earlier sub_full_8) 204/246/232 with 8-byte loads, one buffer
- * with row i of the next segment loaded as soon as row i is consumed (the
- * CUDA kernel's order) 266/249/244.
+ * Faster on the H200 than the forms measured against it and removed (each
+ * segment loading then computing; one buffer with row i of the next segment
+ * loaded as soon as row i is consumed, the CUDA kernel's order):
+ * bench/NOTES.md.
  */
 typedef struct {
     float2 v[KVC_SEG], s[KVC_SEG];
@@ -258,8 +257,8 @@ static inline st2 block8_pipe(__global const float *state, __local const long *r
 
 /* A chunk of count full, present segments (a power of two, as every
  * chunk): blocks of 8 (single segments below 8) through the binary
- * counter.  (Two blocks of 8 inlined for count = 16 instead of the loop ran
- * the 131k-token cases at 360 us instead of 192: bench/NOTES.md.) */
+ * counter.  (Two blocks of 8 inlined for count = 16 instead of the loop
+ * were much slower: bench/NOTES.md.) */
 static st2 reduce_full(__global const float *state, __local const long *rowoff, long sdelta, long count, int q) {
     st2 stack[KVC_CL_SEG_STACK];
     long sizes[KVC_CL_SEG_STACK];
@@ -306,9 +305,8 @@ static inline void fin_inputs(__global const ushort *w, __global const float *cs
  *     t[0..255]; then by_level (a literal) 1: level by level, ping-pong
  *     between t and u (nine barriers), 0: levels 2-4 by 32 work-items into
  *     u[0..31], the rest by every work-item from u (two barriers).  The
- *     second is faster in the 2-dims and wide kernels (H200: 131k C=128
- *     -0.5%, C4 8192 outputs -5%), the first in kvc_compress_small's loop
- *     (4 x 32768 C4: 621 against 640-657 us; bench/NOTES.md);
+ *     second is faster in the 2-dims and wide kernels, the first in
+ *     kvc_compress_small's loop (H200, bench/NOTES.md);
  *   - group amax: a max of non-negative values, exact in any order, taken as
  *     an integer max of the float bits (+0 = 0; a NaN only where the slot is
  *     non-finite anyway);
@@ -489,8 +487,8 @@ static void finish_output(int fin, __local float *c, __local float *t, __local f
                           const kvc_shape *sh, const kvc_out_info *inf, const float *fi, __global uchar *kv,
                           __global kvc_cl_status *st, int q, int wide) {
     /* the count first: the atomic's round trip then overlaps the
-     * finalisation instead of holding the group after it (H200, 131k
-     * C=128: 1.3 us of 164 with the count at the end) */
+     * finalisation instead of holding the group after it (measured on the
+     * H200) */
     if (q == 0 && fin == 1) atomic_inc(&st->written);
     barrier(CLK_LOCAL_MEM_FENCE);
     long po, so;
@@ -504,8 +502,7 @@ static void finish_output(int fin, __local float *c, __local float *t, __local f
 /* The 2-dims kernel.  Its row table and finalisation are written out
  * instead of calling fill_rows and finish_output: through all the helpers
  * the same code compiled to 153 registers instead of 128 on NVIDIA's driver
- * (one work-group per SM, 131k tokens 268 instead of 178 us; bench/NOTES.md,
- * bench/NOTES.md). */
+ * (one work-group per SM, much slower; bench/NOTES.md). */
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_kernel(KVC_CL_KERNEL_ARGS) {
     __local float c[512], t[256], u[256];
     __local int flags[8];

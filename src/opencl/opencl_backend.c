@@ -79,9 +79,8 @@ static int opencl_available(void) {
  *
  * The same way the state loads of both kernels get the PTX cache operator
  * .cs (evict-first: "ld.global.cs"), as the CUDA kernel's __ldcs: a hint
- * only, same bytes.  On the H200 it took the 131k-token cases from
- * 178/179/184 to 171/174/181 us (2-dims kernel); ".L2::256B" on top gained
- * nothing.
+ * only, same bytes.  On the H200 it made the 131k-token cases faster
+ * (2-dims kernel); ".L2::256B" on top gained nothing (bench/NOTES.md).
  *
  * The directives (opencl_tuning.h): the wide kernel at .minnctapersm 2, the
  * 2-dims kernel as built; .cs loads in both.
@@ -292,13 +291,11 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
 
     /* the CUDA backend's chunk policy: about one wave of work-groups,
      * chunks of >= 4 segments (<= 128), <= 8 chunks per output where the
-     * window allows.  On the H200 the 32k-token cases ran 31-34% faster than
-     * with the old divisor 528 (several waves), the 65k ones 17-18%
-     * (bench/NOTES.md).  One-segment windows (kvc_compress_small): K outputs
-     * per group, K <= 32 (KVC_CL_SMALL_K of kvc_kernel.cl), whole waves of 2
-     * groups per compute unit, only beyond one wave of K = 32: on the H200 it
-     * ran 4x32768-token C4 in 596 us instead of 808, but 2,048 and 8,192
-     * outputs 5-7% slower than one output per group. */
+     * window allows (several waves of shorter chunks were slower on the
+     * H200).  One-segment windows (kvc_compress_small): K outputs per group,
+     * K <= 32 (KVC_CL_SMALL_K of kvc_kernel.cl), whole waves of 2 groups per
+     * compute unit, only beyond one wave of K = 32: below that one output
+     * per group was faster (bench/NOTES.md). */
     const long long slots = 2LL * ent->units;
     const kvc_plan_policy pol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH, slots, 32, slots * 32};
     kvc_plan pl;

@@ -5,8 +5,8 @@
 #ifndef KVC_OPENCL_TUNING_H
 #define KVC_OPENCL_TUNING_H
 
-/* chunk size ~ total segments / 132: about one wave of work-groups (the old
- * divisor 528: 32k-token cases 31-34% slower, 65k 17%) */
+/* chunk size ~ total segments / 132: about one wave of work-groups (several
+ * waves of shorter chunks were slower at 32k-65k tokens) */
 #define KVC_OPENCL_CHDIV 132
 /* chunks per output at most: the last group's merge loads all chunk states first */
 #define KVC_OPENCL_MAXCHUNKS 8
@@ -14,8 +14,8 @@
  * memory); passed to the kernel build as KVC_CL_MAX_CH */
 #define KVC_OPENCL_MAX_CH 128
 /* NVIDIA: .minnctapersm for the wide kernel (64 registers, 32 warps per SM;
- * 80 registers as built); the 2-dims kernel stays as built (3 and 4 spilled:
- * 131k tokens 272 / 362 us instead of 178) */
+ * 80 registers as built); the 2-dims kernel stays as built (3 and 4 spilled
+ * and were slower) */
 #define KVC_OPENCL_NV_MINB_WIDE 2
 
 #endif
