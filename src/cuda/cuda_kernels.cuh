@@ -192,7 +192,7 @@ __device__ __forceinline__ void seg_load_full(const launch_params &P, const RT *
  * register budget (mostly late in the segment), but the code between the
  * segments of a subtree is one basic block, so it can overlap each
  * segment's loads with arithmetic; the per-segment branch of the generic
- * path below prevented that (bench/NOTES.md, session 3).
+ * path below prevented that (bench/NOTES.md).
  */
 template <bool NEXT, bool SCORES_FROM_TABLE = false, class RT>
 __device__ __forceinline__ stv seg_compute_roll(const launch_params &P, const RT *rt, int lr_next, int q,

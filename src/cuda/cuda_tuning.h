@@ -6,10 +6,10 @@
 #define KVC_CUDA_TUNING_H
 
 /* main kernel: resident CTAs per SM asked of the compiler (64 registers);
- * 3-4 spilled the hot loop, 1 left HBM idle (sessions 1-4) */
+ * 3-4 spilled the hot loop, 1 left HBM idle: bench/NOTES.md) */
 #define KVC_CUDA_MINB 2
 /* chunk size ~ total segments / 132: about one wave of CTAs (264 and 528
- * were slower at 32k/65k tokens, session 3) */
+ * were slower at 32k/65k tokens: bench/NOTES.md) */
 #define KVC_CUDA_CHDIV 132
 /* segments per chunk at most: 2 lanes x 8 (16 per lane was slower at 131k
  * tokens, C >= 256) */
