@@ -8,7 +8,9 @@
  * enqueued without waiting; index values are checked by the kernel and the
  * first error is recorded in the status word of the queue's context, which
  * this function reads.  The device needs correctly rounded divide / sqrt and
- * denormals (CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT, CL_FP_DENORM).
+ * denormals (CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT, CL_FP_DENORM).  The
+ * status word's counters are 32-bit on the device: a call of more than
+ * 2^31 - 1 outputs is refused (KVC_ERROR_BAD_SHAPE).
  */
 #ifndef KVCOMPRESS_OPENCL_H
 #define KVCOMPRESS_OPENCL_H
