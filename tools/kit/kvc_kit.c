@@ -138,10 +138,10 @@ int kvc_kit_load_index(const char *golden_dir, kvc_golden_case **cases) {
 void kvc_kit_slot_row(const kvc_args *a, int64_t slot, uint8_t row[KVC_SLOT_BYTES]) {
     kvc_args r = *a;
     kvc_resolve_strides(&r);
-    const int64_t S = a->kv_block_size;
-    const uint8_t *page = a->kv_cache + (slot / S) * r.page_stride;
-    memcpy(row, page + (slot % S) * KVC_PAYLOAD_BYTES, KVC_PAYLOAD_BYTES);
-    memcpy(row + KVC_PAYLOAD_BYTES, page + S * KVC_PAYLOAD_BYTES + (slot % S) * KVC_SCALE_BYTES, KVC_SCALE_BYTES);
+    kvc_i64 payload, scales;
+    kvc_slot_offsets(&r, slot, &payload, &scales); /* the library's own slot addressing */
+    memcpy(row, a->kv_cache + payload, KVC_PAYLOAD_BYTES);
+    memcpy(row + KVC_PAYLOAD_BYTES, a->kv_cache + scales, KVC_SCALE_BYTES);
 }
 
 int kvc_kit_check_inputs(const kvc_golden_case *g, const kvc_case *c, char *msg, size_t msglen) {
