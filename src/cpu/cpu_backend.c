@@ -36,6 +36,7 @@ typedef struct {
 
 typedef struct {
     const kvc_args *a;
+    kvc_shape sh;              /* a's scalars, for kvc_row_lookup          */
     const kvc_out_info *infos; /* [num_outputs], from kvc_check_indices */
     atomic_llong next;
     atomic_llong written, nonfinite;
@@ -67,22 +68,25 @@ static inline __attribute__((always_inline)) void row_step(const float *restrict
 /* A full segment in ONE pass over the dimensions: the 8 rows' scores and
  * values are 16 independent streams in the same loop (more cache misses in
  * flight than 8 row-by-row passes), and the state stays in registers.  Same
- * operations in the same order as the row-by-row path.  pf: the next
- * segment's 16 row halves (NULL: none), prefetched into L2 a block of 64
- * dims ahead of this segment's own progress, spread over its loop instead
- * of in one burst. */
+ * operations in the same order as the row-by-row path.  pfs, pfv: the next
+ * segment's 8 score and 8 value rows (NULL: none), prefetched into L2 a
+ * block of 64 dims ahead of this segment's own progress, spread over its
+ * loop instead of in one burst. */
 KVC_CLONES
 __attribute__((noinline)) static void seg_reduce8(const float *const *restrict sr, const float *const *restrict vr,
-                                                  const float *const *pf, float *restrict om, float *restrict oden,
-                                                  float *restrict onum) {
+                                                  const float *const *pfs, const float *const *pfv,
+                                                  float *restrict om, float *restrict oden, float *restrict onum) {
     const float *restrict s0 = sr[0], *restrict s1 = sr[1], *restrict s2 = sr[2], *restrict s3 = sr[3];
     const float *restrict s4 = sr[4], *restrict s5 = sr[5], *restrict s6 = sr[6], *restrict s7 = sr[7];
     const float *restrict v0 = vr[0], *restrict v1 = vr[1], *restrict v2 = vr[2], *restrict v3 = vr[3];
     const float *restrict v4 = vr[4], *restrict v5 = vr[5], *restrict v6 = vr[6], *restrict v7 = vr[7];
     for (int b = 0; b < D; b += 64) {
-        if (pf)
-            for (int i = 0; i < 2 * KVC_SEG; i++)
-                for (int k = 0; k < 64; k += 16) __builtin_prefetch(pf[i] + b + k, 0, 2);
+        if (pfs)
+            for (int i = 0; i < KVC_SEG; i++)
+                for (int k = 0; k < 64; k += 16) {
+                    __builtin_prefetch(pfs[i] + b + k, 0, 2);
+                    __builtin_prefetch(pfv[i] + b + k, 0, 2);
+                }
         for (int d = b; d < b + 64; d++) {
             float m = s0[d];
             m = kvc_max(m, s1[d]);
@@ -111,10 +115,10 @@ __attribute__((noinline)) static void seg_reduce8(const float *const *restrict s
 
 /* Reduce one segment of n (1..8) rows into st. */
 KVC_CLONES
-static void seg_reduce(const float *const *vrow, const float *const *srow, int n, const float *const *pf,
-                       seg_state *restrict st) {
+static void seg_reduce(const float *const *vrow, const float *const *srow, int n, const float *const *pfs,
+                       const float *const *pfv, seg_state *restrict st) {
     if (n == KVC_SEG) {
-        seg_reduce8(srow, vrow, pf, st->m, st->den, st->num);
+        seg_reduce8(srow, vrow, pfs, pfv, st->m, st->den, st->num);
         return;
     }
     memcpy(st->m, srow[0], sizeof st->m);
@@ -152,35 +156,31 @@ static int segment_rows(const kvc_args *a, const kvc_shape *sh, const int32_t *t
 }
 
 /* Compute one output; @return 1 if written non-finite. */
-static int compute_output(const kvc_args *a, const kvc_out_info *inf, seg_state *stack, int *sizes,
-                          float *c, float *y) {
+static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_info *inf, seg_state *stack,
+                          int *sizes, float *c, float *y) {
     const int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
     const int64_t nseg = kvc_num_segments(rows);
     const int32_t *table_row = a->block_table + inf->r * a->block_table_stride;
-    const kvc_shape sh = kvc_shape_of(a);
     int top = -1;
     const float *rv[2][KVC_SEG], *rs[2][KVC_SEG]; /* this segment's rows and the next one's */
     int rn[2];
-    rn[0] = segment_rows(a, &sh, table_row, inf->p, rows, 0, rv[0], rs[0]);
+    rn[0] = segment_rows(a, sh, table_row, inf->p, rows, 0, rv[0], rs[0]);
     for (int64_t sg = 0; sg < nseg; sg++) {
         const int cur = (int)(sg & 1), nxt = cur ^ 1;
-        const float *pf[2 * KVC_SEG], *const *pfp = NULL;
+        const float *const *pfs = NULL, *const *pfv = NULL;
         if (sg + 1 < nseg) {
             /* The next segment is prefetched into L2 while this one is
              * reduced (seg_reduce8): shuffled tables jump to a cold block
              * that the hardware prefetcher cannot see, and even contiguous
              * rows (each row half its own 2 KiB stream) ran faster with it. */
-            rn[nxt] = segment_rows(a, &sh, table_row, inf->p, rows, sg + 1, rv[nxt], rs[nxt]);
+            rn[nxt] = segment_rows(a, sh, table_row, inf->p, rows, sg + 1, rv[nxt], rs[nxt]);
             if (rn[nxt] == KVC_SEG) {
-                for (int i = 0; i < KVC_SEG; i++) {
-                    pf[i] = rs[nxt][i];
-                    pf[KVC_SEG + i] = rv[nxt][i];
-                }
-                pfp = pf;
+                pfs = rs[nxt];
+                pfv = rv[nxt];
             }
         }
         top++;
-        seg_reduce(rv[cur], rs[cur], rn[cur], pfp, &stack[top]);
+        seg_reduce(rv[cur], rs[cur], rn[cur], pfs, pfv, &stack[top]);
         sizes[top] = 1;
 #define CPU_MERGE(l, r) state_merge(&stack[l], &stack[r])
         KVC_TREE_PUSH(sizes, top, CPU_MERGE);
@@ -214,7 +214,7 @@ static void *worker(void *arg) {
         if (o >= a->num_outputs) break;
         const kvc_out_info *inf = &job->infos[o]; /* resolved by kvc_check_indices */
         if (inf->slot < 0) continue;
-        nonfinite += compute_output(a, inf, w->stack, w->sizes, w->cy, w->cy + D);
+        nonfinite += compute_output(a, &job->sh, inf, w->stack, w->sizes, w->cy, w->cy + D);
         written++;
     }
     atomic_fetch_add(&job->written, written);
@@ -244,6 +244,7 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
 
     cpu_job job;
     job.a = a;
+    job.sh = kvc_shape_of(a);
     job.infos = infos;
     atomic_init(&job.next, 0);
     atomic_init(&job.written, 0);
