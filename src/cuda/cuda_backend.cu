@@ -319,18 +319,15 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
                     cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
+    const long long blocks = P.pl.groups;
+    if (blocks > 0x7FFFFFFFLL)
+        return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);
     if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
-        const long long sb = P.pl.groups;
-        if (sb > 0x7FFFFFFFLL)
-            return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs / %lld = %lld exceeds the CUDA grid", P.pl.small_k, sb);
-        if (fastnum) kvc_cuda_d2f::compress_small_kernel<<<(unsigned)sb, ks::kDG, 0, stream>>>(P);
-        else ks::compress_small_kernel<<<(unsigned)sb, ks::kDG, 0, stream>>>(P);
+        if (fastnum) kvc_cuda_d2f::compress_small_kernel<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
+        else ks::compress_small_kernel<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
-    const long long blocks = P.pl.groups;
-    if (blocks > 0x7FFFFFFFLL)
-        return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs * chunks = %lld exceeds the CUDA grid", blocks);
     size_t smem = (size_t)(L * 3 * 512) * sizeof(float); /* lane states; >= 512 + 8 floats for the finaliser */
     /* every chunk kk = ch / L full segments on the fast path: a kernel with
      * only that body (1/8 of the code, and faster) */
