@@ -750,7 +750,9 @@ __kernel __attribute__((reqd_work_group_size(2 * KVC_CL_WG, 1, 1))) void kvc_com
  * loads in flight during the current one's finalisation.  Loop forms only
  * (PoCL: see KVC_CL_STRAIGHT).
  */
-#define KVC_CL_SMALL_K 32
+#ifndef KVC_CL_SMALL_K
+#define KVC_CL_SMALL_K 32 /* outputs per work-group at most: the host passes KVC_OPENCL_SMALL_K */
+#endif
 
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_small(KVC_CL_KERNEL_ARGS) {
     __local float c[512], t[256], u[256];

@@ -195,7 +195,8 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
      * any device (tests: Oclgrind runs them where PoCL cannot) */
     const int gpu = !(type & CL_DEVICE_TYPE_CPU) || test_hook("KVC_OPENCL_GPU_PATHS");
     if (gpu) strcat(opts, " -DKVC_CL_STRAIGHT=1");
-    snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " -DKVC_CL_MAX_CH=%d", KVC_OPENCL_MAX_CH);
+    snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " -DKVC_CL_MAX_CH=%d -DKVC_CL_SMALL_K=%d",
+             KVC_OPENCL_MAX_CH, KVC_OPENCL_SMALL_K);
     const char *extra = getenv("KVC_OPENCL_BUILD_OPTIONS");
     if (extra && *extra) snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " %s", extra);
     err = clBuildProgram(prog, 1, &dev, opts, NULL, NULL);
@@ -293,11 +294,12 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
      * chunks of >= 4 segments (<= 128), <= 8 chunks per output where the
      * window allows (several waves of shorter chunks were slower on the
      * H200).  One-segment windows (kvc_compress_small): K outputs per group,
-     * K <= 32 (KVC_CL_SMALL_K of kvc_kernel.cl), whole waves of 2 groups per
-     * compute unit, only beyond one wave of K = 32: below that one output
+     * K <= KVC_OPENCL_SMALL_K, whole waves of 2 groups per compute unit,
+     * only beyond one wave of K = KVC_OPENCL_SMALL_K: below that one output
      * per group was faster (bench/NOTES.md). */
     const long long slots = 2LL * ent->units;
-    const kvc_plan_policy pol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH, slots, 32, slots * 32};
+    const kvc_plan_policy pol = {KVC_OPENCL_CHDIV,   KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH,
+                                 slots,              KVC_OPENCL_SMALL_K,   slots * KVC_OPENCL_SMALL_K};
     kvc_plan pl;
     kvc_plan_make(a->num_outputs, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &pl);
     /* 8-byte loads: buffers start aligned (offset 0), so both strides even */

@@ -13,6 +13,9 @@
 /* segments per chunk at most (the kernel's row table: 128 x 8 rows in local
  * memory); passed to the kernel build as KVC_CL_MAX_CH */
 #define KVC_OPENCL_MAX_CH 128
+/* one-segment kernel: outputs per work-group at most (its tables in local
+ * memory); passed to the kernel build as KVC_CL_SMALL_K */
+#define KVC_OPENCL_SMALL_K 32
 /* NVIDIA: .minnctapersm for the wide kernel (64 registers, 32 warps per SM;
  * 80 registers as built); the 2-dims kernel stays as built (3 and 4 spilled
  * and were slower) */
