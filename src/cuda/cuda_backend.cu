@@ -23,6 +23,12 @@
  *   - Index values are checked on the device (kvc_check.h); a bad output is
  *     skipped and the first error is recorded in the status word.
  *
+ * FAST numerics (SPEC 8) on large calls of 16- or 32-segment windows take the
+ * ring kernel (cuda_ring.cuh): persistent CTAs, one warp per (output,
+ * 64-dim slice), rows copied by cp.async.bulk into per-warp shared-memory
+ * rings; in EXACT numerics it measured slower than the chunked kernel
+ * (bench/NOTES.md, session 10).
+ *
  * Windows of one segment (C <= 8, or C <= 4 with overlap) go to a second
  * kernel, compress_small_kernel: a CTA takes K outputs (K sized for one full
  * wave), resolves all their checks and rows in parallel, then reduces and
@@ -47,6 +53,7 @@
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kvc_canon.h"
@@ -120,7 +127,40 @@ KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d1f)
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2)
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2f)
 
+/* Launch ring_kernel<spw> of namespace NS (cuda_ring.cuh); its shared
+ * memory limit is raised once per kernel. */
+#define KVC_DEFINE_LAUNCH_RING(NS)                                                                        \
+    static cudaError_t launch_ring_##NS(const launch_params &P, unsigned blocks, cudaStream_t s, int spw) { \
+        static int raised[4];                                                                              \
+        void (*k)(const launch_params) = spw == 8    ? NS::ring_kernel<8>                                  \
+                                         : spw == 16 ? NS::ring_kernel<16>                                 \
+                                         : spw == 32 ? NS::ring_kernel<32>                                 \
+                                                     : NS::ring_kernel<64>;                                \
+        const int ki = spw == 8 ? 0 : spw == 16 ? 1 : spw == 32 ? 2 : 3;                                   \
+        if (!raised[ki]) {                                                                                 \
+            cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,           \
+                                                 (int)NS::kRingSmem);                                      \
+            if (e != cudaSuccess) return e;                                                                \
+            raised[ki] = 1;                                                                                \
+        }                                                                                                  \
+        k<<<blocks, 512, NS::kRingSmem, s>>>(P);                                                           \
+        return cudaGetLastError();                                                                         \
+    }
+KVC_DEFINE_LAUNCH_RING(kvc_cuda_d2)
+KVC_DEFINE_LAUNCH_RING(kvc_cuda_d2f)
+
 /* ---- host side --------------------------------------------------------- */
+
+/* Test hooks (CMake KVC_TEST_HOOKS, on in test builds only): environment
+ * variables that make the tests reach kernels a call would not take. */
+#ifdef KVC_TEST_HOOKS
+static int test_hook(const char *name) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, "1");
+}
+#else
+#define test_hook(name) 0
+#endif
 
 /* Workspace (status word, tickets, chunk states) per (device, stream), so
  * that calls on different streams never share mutable memory (SPEC 2.6).
@@ -251,6 +291,22 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     const kvc_plan_policy pol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, MAX_CH,
                                  (long long)ks::kSmallMinb * sm_count(dev), ks::kSmallK, 0};
     kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &P.pl);
+    /* the ring kernel (cuda_ring.cuh): no overlap, 8..64 full segments (a
+     * power of two), 16-byte rows, 32-bit output indices.  Taken in FAST
+     * numerics for windows of 16 or 32 segments with at least two segments
+     * per warp of the grid (where it measured faster: bench/NOTES.md, session
+     * 10); in EXACT numerics the chunked kernel is faster.  The test hook
+     * KVC_CUDA_RING=1 takes it for every window it can reduce, in both
+     * modes, so that the exact suites pin its bytes. */
+    const long long nseg = P.pl.nseg;
+    const int ring_ok = a->overlap == KVC_OVERLAP_OFF && P.pl.rows % KVC_SEG == 0 && nseg >= 8 && nseg <= 64 &&
+                        (nseg & (nseg - 1)) == 0 && (uintptr_t)a->state_cache % 16 == 0 &&
+                        a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0 &&
+                        nout <= 0x7FFFFFFFLL - 2LL * sm_count(dev);
+    const int ring = ring_ok && (test_hook("KVC_CUDA_RING") ||
+                                 (fastnum && (nseg == 16 || nseg == 32) &&
+                                  nout * nseg >= 2LL * kvc_cuda_d2f::kRingWarps * sm_count(dev)));
+    if (ring) P.pl.nchunk = 1; /* no chunk states, no tickets */
     const long long ch = P.pl.ch;
     /* dims per thread of the main kernel: 1 for
      * chunks of 16 full segments in at most two waves (one 512-thread lane
@@ -319,6 +375,13 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
                     cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
+    if (ring) {
+        const unsigned blocks = (unsigned)(nout < sm_count(dev) ? nout : sm_count(dev));
+        const int spw = (int)nseg;
+        err = fastnum ? launch_ring_kvc_cuda_d2f(P, blocks, stream, spw) : launch_ring_kvc_cuda_d2(P, blocks, stream, spw);
+        if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
+        return KVC_OK;
+    }
     const long long blocks = P.pl.groups;
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);

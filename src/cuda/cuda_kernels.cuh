@@ -700,6 +700,10 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
 }
 #endif
 
+#if DPT == 2
+#include "cuda_ring.cuh"
+#endif
+
 /* what the host needs of this DPT */
 constexpr int kDG = DG, kMaxLanes = MAX_LANES, kTreeMax = TREE_MAX;
 #if DPT == 2
