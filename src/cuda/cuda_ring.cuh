@@ -155,7 +155,6 @@ struct ring_xchg {
     long long rowbad_g[8];
 };
 
-__device__ __forceinline__ void ring_mbar_wait(unsigned long long *bar, unsigned parity) { ring_wait(bar, parity); }
 __device__ __forceinline__ void ring_mbar_arrive(unsigned long long *bar, int lane) {
     __syncwarp();
     if (lane == 0) {
@@ -324,7 +323,7 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
     auto stage_a = [&](int m) {
         const ring_desc &d = dw[m & 3];
         ring_xchg *X = xch + g * 2 + (m & 1);
-        ring_mbar_wait(barA + (m & 1), (unsigned)(m >> 1) & 1u);
+        ring_wait(barA + (m & 1), (unsigned)(m >> 1) & 1u);
         int rb = -1;
 #pragma unroll
         for (int k = 7; k >= 0; k--)
@@ -342,7 +341,7 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
         if (sl != 0) return;
         const ring_desc &d = dw[m & 3];
         const ring_xchg *X = xch + g * 2 + (m & 1);
-        ring_mbar_wait(barB + (m & 1), (unsigned)(m >> 1) & 1u);
+        ring_wait(barB + (m & 1), (unsigned)(m >> 1) & 1u);
         int ball = 0;
 #pragma unroll
         for (int k = 0; k < 8; k++) ball |= X->ybad[k];
