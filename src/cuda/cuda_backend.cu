@@ -23,11 +23,9 @@
  *   - Index values are checked on the device (kvc_check.h); a bad output is
  *     skipped and the first error is recorded in the status word.
  *
- * FAST numerics (SPEC 8) on large calls of 16- or 32-segment windows take the
- * ring kernel (cuda_ring.cuh): persistent CTAs, one warp per (output,
- * 64-dim slice), rows copied by cp.async.bulk into per-warp shared-memory
- * rings; in EXACT numerics it measured slower than the chunked kernel
- * (bench/NOTES.md, session 10).
+ * Large calls of 16- or 32-segment windows take the ring kernel
+ * (cuda_ring.cuh): persistent CTAs, one warp per (output, 64-dim slice),
+ * segments copied by TMA into per-warp shared-memory rings, no workspace.
  *
  * Windows of one segment (C <= 8, or C <= 4 with overlap) go to a second
  * kernel, compress_small_kernel: a CTA takes K outputs (K sized for one full
@@ -50,6 +48,8 @@
  * including the experiments that were removed (a cp.async / TMA ring kernel:
  * commit d61d9d4).
  */
+#include <cuda.h> /* CUtensorMap (types only: the encoder comes through the runtime) */
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -75,6 +75,8 @@ struct launch_params {
     int lanes;                  /* L                                             */
     int uniform;                /* all chunks full, nchunk a power of 2 <= kTreeMax L */
     int fast;                   /* vec and no overlap: straight-line full segments */
+    int tiles;                  /* ring kernel: tmap describes state_cache       */
+    CUtensorMap tmap;           /* ring kernel: state_cache as [blocks][block_size][width] floats, box [1][8][64] */
 };
 
 /* The device code, once per dims-per-thread and numerics mode (cuda_kernels.cuh). */
@@ -225,6 +227,14 @@ static int sm_count(int dev) {
     return sms[dev];
 }
 
+/* The compute capability's major number of device dev (cached). */
+static int sm_major(int dev) {
+    static int major[64];
+    if (!major[dev] && cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+        major[dev] = 1;
+    return major[dev];
+}
+
 /* The device of CUDA device (or managed) memory p; -1 for any other pointer. */
 static int device_of(const void *p) {
     cudaPointerAttributes at;
@@ -236,6 +246,31 @@ static int device_of(const void *p) {
 }
 
 static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *rep, int dev);
+
+/* The ring kernel's tensor map of the state cache (host-only encoding, no
+ * device call); 0 when the driver has no encoder or refuses the shape
+ * (the kernel then copies row by row). */
+static int encode_state_map(const kvc_args *a, CUtensorMap *tm) {
+    static PFN_cuTensorMapEncodeTiled_v12000 enc;
+    static int tried;
+    if (!tried) { /* a benign race: every thread stores the same pointer */
+        void *f = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            enc = (PFN_cuTensorMapEncodeTiled_v12000)f;
+        cudaGetLastError();
+        tried = 1;
+    }
+    if (!enc || a->block_size < KVC_SEG || a->num_blocks > 0x7FFFFFFFLL || a->block_size > 0x7FFFFFFFLL) return 0;
+    const cuuint64_t dims[3] = {(cuuint64_t)a->state_width, (cuuint64_t)a->block_size, (cuuint64_t)a->num_blocks};
+    const cuuint64_t strides[2] = {(cuuint64_t)a->state_stride_token * 4, (cuuint64_t)a->state_stride_block * 4};
+    const cuuint32_t box[3] = {64, KVC_SEG, 1}, estr[3] = {1, 1, 1};
+    return enc(tm, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)a->state_cache, dims, strides, box, estr,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 
 /* The call runs on exec->device, or (-1) on the device that holds the
  * tensors; every tensor in device memory must be on that device.  The
@@ -292,21 +327,25 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
                                  (long long)ks::kSmallMinb * sm_count(dev), ks::kSmallK, 0};
     kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &P.pl);
     /* the ring kernel (cuda_ring.cuh): no overlap, 8..64 full segments (a
-     * power of two), 16-byte rows, 32-bit output indices.  Taken in FAST
-     * numerics for windows of 16 or 32 segments with at least two segments
-     * per warp of the grid (where it measured faster: bench/NOTES.md, session
-     * 10); in EXACT numerics the chunked kernel is faster.  The test hook
-     * KVC_CUDA_RING=1 takes it for every window it can reduce, in both
-     * modes, so that the exact suites pin its bytes. */
+     * power of two), 16-byte rows, 32-bit output indices, sm_90 and newer.  Taken for windows
+     * of 16 or 32 segments with at least two segments per warp of the grid
+     * (where it measured faster than the chunked kernel, bench/NOTES.md,
+     * session 10); its segments come by tensor copies in EXACT numerics and
+     * by per-row bulk copies in FAST (each measured the better there).  The
+     * test hook KVC_CUDA_RING=1 takes it for every window it can reduce, so
+     * that the exact suites pin its bytes. */
     const long long nseg = P.pl.nseg;
-    const int ring_ok = a->overlap == KVC_OVERLAP_OFF && P.pl.rows % KVC_SEG == 0 && nseg >= 8 && nseg <= 64 &&
+    const int ring_ok = sm_major(dev) >= 9 && a->overlap == KVC_OVERLAP_OFF && P.pl.rows % KVC_SEG == 0 && nseg >= 8 && nseg <= 64 &&
                         (nseg & (nseg - 1)) == 0 && (uintptr_t)a->state_cache % 16 == 0 &&
                         a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0 &&
                         nout <= 0x7FFFFFFFLL - 2LL * sm_count(dev);
     const int ring = ring_ok && (test_hook("KVC_CUDA_RING") ||
-                                 (fastnum && (nseg == 16 || nseg == 32) &&
-                                  nout * nseg >= 2LL * kvc_cuda_d2f::kRingWarps * sm_count(dev)));
-    if (ring) P.pl.nchunk = 1; /* no chunk states, no tickets */
+                                 ((nseg == 16 || nseg == 32) &&
+                                  nout * nseg >= 2LL * kvc_cuda_d2::kRingWarps * sm_count(dev)));
+    if (ring) {
+        P.pl.nchunk = 1; /* no chunk states, no tickets */
+        P.tiles = !fastnum && encode_state_map(a, &P.tmap);
+    }
     const long long ch = P.pl.ch;
     /* dims per thread of the main kernel: 1 for
      * chunks of 16 full segments in at most two waves (one 512-thread lane

@@ -2,14 +2,16 @@
  * cuda_ring.cuh -- the ring kernel: windows of 8 to 64 full segments without
  * overlap, rows 16-byte aligned.  Included by cuda_kernels.cuh for DPT = 2
  * (exact and FAST); uses its stv, red_step, st_merge, record_error, count.
- * The host takes it in FAST numerics for large calls (cuda_backend.cu).
+ * The host takes it for large calls (cuda_backend.cu).
  *
  * Work: an output is 8 slices of 64 dims, one per warp; the 8 warps of an
  * output are a GROUP inside one CTA, and a CTA (16 warps, one per SM) holds
  * 2 groups that walk the outputs with a grid stride.  Each warp streams its
  * window through its own ring of RING_NS shared-memory stages: per segment,
- * 16 lanes each copy one 256-byte half-row slice (8 rows x value, score)
- * with cp.async.bulk, completing on the stage's mbarrier.  The warp reads a
+ * two tensor copies of [8 rows][64 floats] (values, scores) when the rows
+ * lie in one block and the call has a tensor map, else 16 lanes each copy
+ * one 256-byte half-row slice with cp.async.bulk, completing on the stage's
+ * mbarrier.  The warp reads a
  * stage into registers, refills it with the segment RING_NS ahead (into its
  * next output, whose checks it ran during this one), issues the block-table
  * load for the refill after that, then reduces; segment states go into a
@@ -37,6 +39,15 @@ struct ring_desc {       /* one output as a warp of its group sees it */
     int o, bad;          /* bad: a looked-up row's block is out of range */
     long long bad_g;
 };
+/* What the 8 warps of a group exchange about one output (shared memory,
+ * two per group, by output parity). */
+struct ring_xchg {
+    float ss[8];       /* each slice's RMS partial sum (a complete 64-leaf subtree) */
+    int rowbad[8], ybad[8];
+    long long rowbad_g[8];
+};
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900 /* bulk copies and mbarrier waits: sm_90 */
 __device__ __forceinline__ unsigned ring_su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ void ring_wait(unsigned long long *bar, unsigned parity) {
@@ -114,6 +125,23 @@ __device__ __forceinline__ void ring_issue(const launch_params &P, float *st, un
     }
 }
 
+/* Fill stage `st` with a segment whose 8 rows lie in one block (block g,
+ * rows r .. r + 7): two tensor copies of [8 rows][64 floats] through the
+ * call's tensor map (values at x = 64 sl, scores at x = 512 + 64 sl), issued
+ * by lane 0; per-lane bulk copies cost 16 serialised issues per segment. */
+__device__ __forceinline__ void ring_issue_tile(const launch_params &P, float *st, unsigned long long *bar,
+                                               long long g, long long r, int sl, int lane) {
+    if (lane != 0) return;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(ring_su32(bar)), "r"(4096u) : "memory");
+    const unsigned long long tm = reinterpret_cast<unsigned long long>(&P.tmap);
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                     " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(ring_su32(st + 512 * k)),
+                     "l"(tm), "r"(512 * k + 64 * sl), "r"((int)r), "r"((int)g), "r"(ring_su32(bar))
+                     : "memory");
+}
+
 /* The warp's next live output from o on (stride `stride`): checks run,
  * invalid and padding outputs recorded by the group's warp 0 and skipped.
  * @return 0 when there is none. */
@@ -147,13 +175,7 @@ __device__ __noinline__ int ring_next(const launch_params &P, long long o, long 
     return 0;
 }
 
-/* What the 8 warps of a group exchange about one output (shared memory,
- * two per group, by output parity). */
-struct ring_xchg {
-    float ss[8];       /* each slice's RMS partial sum (a complete 64-leaf subtree) */
-    int rowbad[8], ybad[8];
-    long long rowbad_g[8];
-};
+
 
 __device__ __forceinline__ void ring_mbar_arrive(unsigned long long *bar, int lane) {
     __syncwarp();
@@ -256,12 +278,15 @@ __device__ __forceinline__ stv ring_reduce(const float2 v[KVC_SEG], const float2
     return r;
 }
 
+#endif /* sm_90 */
+
 constexpr int kRingWarps = RING_WARPS;
 constexpr size_t kRingSmem = (size_t)RING_WARPS * RING_NS * RING_STAGE * 4 + 512 * 4 + RING_WARPS * 4 * sizeof(ring_desc) +
                              2 * 2 * sizeof(ring_xchg) + RING_WARPS * RING_NS * 8 + 2 * 2 * 2 * 8;
 
 template <int SPW>
 __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_constant__ launch_params P) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900 /* the host launches it on sm_90 and newer only */
     constexpr int LEVELS = SPW == 8 ? 3 : SPW == 16 ? 4 : SPW == 32 ? 5 : 6;
     static_assert((1 << LEVELS) == SPW, "SPW: 8, 16, 32 or 64");
     extern __shared__ __align__(128) unsigned char rsm[];
@@ -390,7 +415,12 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
             const int jj = j + RING_NS, jl = j + RING_NS + 1; /* refill, next lookup */
             if (jj < SPW || has_next) {
                 const long long off = lane < KVC_SEG ? ring_offset(P, g_next, curs) : 0;
-                ring_issue(P, stg + s * RING_STAGE, bar + s, off, sl, lane);
+                const long long r0 = __shfl_sync(0xffffffffu, curs.r, 0), o0 = __shfl_sync(0xffffffffu, off, 0);
+                if (P.tiles && o0 >= 0 && r0 + KVC_SEG <= P.a.block_size) /* one block: rows r0 .. r0 + 7 */
+                    ring_issue_tile(P, stg + s * RING_STAGE, bar + s, __shfl_sync(0xffffffffu, g_next, 0), r0, sl,
+                                    lane);
+                else
+                    ring_issue(P, stg + s * RING_STAGE, bar + s, off, sl, lane);
                 /* a bad row marks its output */
                 const unsigned badm = __ballot_sync(0xffffffffu, lane < KVC_SEG && off == KVC_ROW_BAD);
                 if (badm && lane == __ffs(badm) - 1) {
@@ -447,6 +477,7 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
     stage_a(seq);
     if (seq >= 1) stage_b(seq - 1);
     stage_b(seq);
+#endif
 }
 #undef RING_WARPS
 #undef RING_NS
