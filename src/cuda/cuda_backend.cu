@@ -153,16 +153,7 @@ KVC_DEFINE_LAUNCH_RING(kvc_cuda_d2f)
 
 /* ---- host side --------------------------------------------------------- */
 
-/* Test hooks (CMake KVC_TEST_HOOKS, on in test builds only): environment
- * variables that make the tests reach kernels a call would not take. */
-#ifdef KVC_TEST_HOOKS
-static int test_hook(const char *name) {
-    const char *v = getenv(name);
-    return v && !strcmp(v, "1");
-}
-#else
-#define test_hook(name) 0
-#endif
+
 
 /* Workspace (status word, tickets, chunk states) per (device, stream), so
  * that calls on different streams never share mutable memory (SPEC 2.6).
@@ -339,7 +330,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
                         (nseg & (nseg - 1)) == 0 && (uintptr_t)a->state_cache % 16 == 0 &&
                         a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0 &&
                         nout <= 0x7FFFFFFFLL - 2LL * sm_count(dev);
-    const int ring = ring_ok && (test_hook("KVC_CUDA_RING") ||
+    const int ring = ring_ok && (kvc_test_hook("KVC_CUDA_RING") ||
                                  ((nseg == 16 || nseg == 32) &&
                                   nout * nseg >= 2LL * kvc_cuda_d2::kRingWarps * sm_count(dev)));
     if (ring) {

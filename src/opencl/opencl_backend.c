@@ -87,16 +87,7 @@ static int opencl_available(void) {
  * KVC_OPENCL_DUMP=file writes the built program binary (PTX on NVIDIA).  Any
  * failure keeps the program as built.
  */
-/* Test hooks (CMake KVC_TEST_HOOKS, on in test builds only): environment
- * variables that make the tests reach code paths a device would not take. */
-#ifdef KVC_TEST_HOOKS
-static int test_hook(const char *name) {
-    const char *v = getenv(name);
-    return v && !strcmp(v, "1");
-}
-#else
-#define test_hook(name) 0
-#endif
+
 static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     const char *dump = getenv("KVC_OPENCL_DUMP");
     char vendor[64] = "";
@@ -172,7 +163,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     /* KVC_OPENCL_TRUST_FP=1 skips this check (tests: Oclgrind computes with
      * the host's IEEE arithmetic but does not report the capability; the
      * tests compare every byte anyway) */
-    if ((!(fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) || !(fp & CL_FP_DENORM)) && !test_hook("KVC_OPENCL_TRUST_FP")) {
+    if ((!(fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) || !(fp & CL_FP_DENORM)) && !kvc_test_hook("KVC_OPENCL_TRUST_FP")) {
         pthread_mutex_unlock(&g_lock);
         return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE,
                         "OpenCL device lacks %s: the canonical arithmetic needs both",
@@ -193,7 +184,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     /* GPU devices: straight-line full chunks and the one-dim kernels (see
      * KVC_CL_STRAIGHT in kvc_kernel.cl); KVC_OPENCL_GPU_PATHS=1 takes them on
      * any device (tests: Oclgrind runs them where PoCL cannot) */
-    const int gpu = !(type & CL_DEVICE_TYPE_CPU) || test_hook("KVC_OPENCL_GPU_PATHS");
+    const int gpu = !(type & CL_DEVICE_TYPE_CPU) || kvc_test_hook("KVC_OPENCL_GPU_PATHS");
     if (gpu) strcat(opts, " -DKVC_CL_STRAIGHT=1");
     snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " -DKVC_CL_MAX_CH=%d -DKVC_CL_SMALL_K=%d",
              KVC_OPENCL_MAX_CH, KVC_OPENCL_SMALL_K);
@@ -312,7 +303,7 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
      * (bench/NOTES.md).  Test hook KVC_OPENCL_NO_WIDE=1: the 2-dims kernel
      * (tests/test_opencl_paths.c reaches both under Oclgrind) */
     const int wide = !pl.small_k && pl.full && ent->wide &&
-                     !test_hook("KVC_OPENCL_NO_WIDE");
+                     !kvc_test_hook("KVC_OPENCL_NO_WIDE");
     const int shared_states = pl.nchunk > 1;
 
     pthread_mutex_lock(&g_lock);
