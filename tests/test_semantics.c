@@ -176,15 +176,18 @@ static int is_nonfinite_row(const uint8_t *row) {
     return row[583] == 0;
 }
 
-static void test_nonfinite(void) {
+/* Outputs of C = 32 tokens (t = 1), or 64 (t = 2: windows of 8 segments,
+ * which the CUDA ring kernel reduces under its test hook). */
+static void test_nonfinite(int64_t t) {
     kvc_case c;
-    if (!gen(&c, 1, 8 * 32, 32, 8, 1, 13)) return; /* 8 outputs of 32 tokens */
-    poke(&c, 0, 3, 10, NAN);                /* output 0: NaN value        */
-    poke(&c, 0, 40, 512 + 7, NAN);          /* output 1: NaN score        */
-    poke(&c, 0, 70, 512 + 100, INFINITY);   /* output 2: +Inf score       */
-    for (int64_t pos = 96; pos < 128; pos++) poke(&c, 0, pos, 512 + 300, -INFINITY); /* output 3: all -Inf */
-    for (int64_t pos = 128; pos < 150; pos++) poke(&c, 0, pos, 512 + 5, -INFINITY);  /* output 4: some -Inf */
-    poke(&c, 0, 170, 20, INFINITY);         /* output 5: +Inf value */
+    const int64_t C = 32 * t;
+    if (!gen(&c, 1, 8 * C, C, 8, 1, 13)) return; /* 8 outputs of C tokens */
+    poke(&c, 0, 3 * t, 10, NAN);                 /* output 0: NaN value        */
+    poke(&c, 0, 40 * t, 512 + 7, NAN);           /* output 1: NaN score        */
+    poke(&c, 0, 70 * t, 512 + 100, INFINITY);    /* output 2: +Inf score       */
+    for (int64_t pos = 3 * C; pos < 4 * C; pos++) poke(&c, 0, pos, 512 + 300, -INFINITY); /* output 3: all -Inf */
+    for (int64_t pos = 4 * C; pos < 4 * C + 22 * t; pos++) poke(&c, 0, pos, 512 + 5, -INFINITY); /* output 4: some -Inf */
+    poke(&c, 0, 5 * C + 10 * t, 20, INFINITY);   /* output 5: +Inf value */
     kvc_report rep;
     kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, 77);
     TU_CHECK(run(&c.args, 0, &rep) == KVC_OK, "run: %s", kvc_last_error_message());
@@ -406,7 +409,8 @@ int main(int argc, char **argv) {
 #endif
     test_invariance();
     test_in_place_and_padding();
-    test_nonfinite();
+    test_nonfinite(1);
+    test_nonfinite(2);
     const int64_t Cs[] = {1, 3, 8, 100, 128, 256, 512, 1000}, bss[] = {1, 7, 8, 16, 64}, Ss[] = {1, 2, 64};
     int k = 0;
     for (int i = 0; i < 8; i++)
