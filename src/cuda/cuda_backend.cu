@@ -129,21 +129,22 @@ KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d1f)
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2)
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2f)
 
-/* Launch ring_kernel<spw> of namespace NS (cuda_ring.cuh); its shared
- * memory limit is raised once per kernel. */
+/* Launch ring_kernel<spw> of namespace NS (cuda_ring.cuh) on device dev
+ * (< 64, current); its shared-memory limit is raised once per kernel and device. */
 #define KVC_DEFINE_LAUNCH_RING(NS)                                                                        \
-    static cudaError_t launch_ring_##NS(const launch_params &P, unsigned blocks, cudaStream_t s, int spw) { \
-        static int raised[4];                                                                              \
+    static cudaError_t launch_ring_##NS(const launch_params &P, unsigned blocks, cudaStream_t s, int spw,  \
+                                        int dev) {                                                         \
+        static int raised[64][4]; /* per device: a function attribute is set per device */                \
         void (*k)(const launch_params) = spw == 8    ? NS::ring_kernel<8>                                  \
                                          : spw == 16 ? NS::ring_kernel<16>                                 \
                                          : spw == 32 ? NS::ring_kernel<32>                                 \
                                                      : NS::ring_kernel<64>;                                \
         const int ki = spw == 8 ? 0 : spw == 16 ? 1 : spw == 32 ? 2 : 3;                                   \
-        if (!raised[ki]) {                                                                                 \
+        if (!raised[dev][ki]) {                                                                            \
             cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,           \
                                                  (int)NS::kRingSmem);                                      \
             if (e != cudaSuccess) return e;                                                                \
-            raised[ki] = 1;                                                                                \
+            raised[dev][ki] = 1;                                                                           \
         }                                                                                                  \
         k<<<blocks, 512, NS::kRingSmem, s>>>(P);                                                           \
         return cudaGetLastError();                                                                         \
@@ -408,7 +409,8 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     if (ring) {
         const unsigned blocks = (unsigned)(nout < sm_count(dev) ? nout : sm_count(dev));
         const int spw = (int)nseg;
-        err = fastnum ? launch_ring_kvc_cuda_d2f(P, blocks, stream, spw) : launch_ring_kvc_cuda_d2(P, blocks, stream, spw);
+        err = fastnum ? launch_ring_kvc_cuda_d2f(P, blocks, stream, spw, dev)
+                      : launch_ring_kvc_cuda_d2(P, blocks, stream, spw, dev);
         if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
