@@ -11,9 +11,9 @@
  * two tensor copies of [8 rows][64 floats] (values, scores) when the rows
  * lie in one block and the call has a tensor map, else 16 lanes each copy
  * one 256-byte half-row slice with cp.async.bulk, completing on the stage's
- * mbarrier.  The warp reads a
- * stage into registers, refills it with the segment RING_NS ahead (into its
- * next output, whose checks it ran during this one), issues the block-table
+ * mbarrier.  The warp reads a stage into registers, refills it with the
+ * segment RING_NS ahead (into its next output, whose checks it ran during
+ * this one), issues the block-table
  * load for the refill after that, then reduces; segment states go into a
  * register binary counter (canonical order).  No warp ever waits for a
  * later output of another: the slot of output m is finished at the end of
@@ -23,11 +23,10 @@
  *
  * Shared memory, kRingSmem bytes in all:
  *   stages  [16 warps][RING_NS][1024 floats]: rows 0-7 x 64 values, then x 64 scores
- *   kst     [2 parities][3 x 512 floats]: RING_K = 2, the second chunks' states
  *   wts     [512] the RMS weights as floats
- *   desc    [16 warps][2] each warp's current and next output
- *   xch     [2 groups] the finaliser's exchange (ring_xchg); kbad_g, kbad [2 parities][8]
- *   bars    [16 warps][RING_NS] mbarriers
+ *   desc    [16 warps][4] each warp's outputs m+1, m, m-1, m-2 (by m & 3)
+ *   xch     [2 groups][2 parities] the slot exchange (ring_xchg)
+ *   bars    [16 warps][RING_NS] stage mbarriers, then [2 groups][A, B][2 parities]
  */
 #define RING_WARPS 16
 #define RING_NS KVC_CUDA_RING_STAGES
@@ -175,8 +174,7 @@ __device__ __noinline__ int ring_next(const launch_params &P, long long o, long 
     return 0;
 }
 
-
-
+/* The warp's arrival on mbarrier bar (its shared and global writes before it). */
 __device__ __forceinline__ void ring_mbar_arrive(unsigned long long *bar, int lane) {
     __syncwarp();
     if (lane == 0) {
@@ -189,8 +187,8 @@ __device__ __forceinline__ void ring_mbar_arrive(unsigned long long *bar, int la
  * once every slice's partial sum is in X: the RMS sum in the canonical
  * pairwise tree over the 8 partials, NOPE group sl (sl < 7) or RoPE pair
  * `lane` (sl = 7).  The bytes are written as if the slot were finite; a
- * non-finite slot is rewritten whole by ring_fixup.  @return 1 if this
- * slice saw a non-finite value. */
+ * non-finite slot is rewritten whole two outputs later (stage b).  @return 1
+ * if this slice saw a non-finite value. */
 __device__ __forceinline__ int ring_slice_slot(const launch_params &P, const float c[2], int sl, int lane,
                                                const ring_xchg *X, const float *wts, long long slot, float csc,
                                                float css) {
@@ -231,19 +229,6 @@ __device__ __forceinline__ int ring_slice_slot(const launch_params &P, const flo
         if (lane == 0) scales[7] = 0;
     }
     return __any_sync(0xffffffffu, bad);
-}
-
-/* The whole slot rewritten as the non-finite slot (SPEC 2.4) by one warp. */
-__device__ __forceinline__ void ring_nonfinite_slot(const launch_params &P, long long slot, int lane) {
-    int64_t po, so;
-    kvc_slot_offsets(&P.a, slot, &po, &so);
-    uint8_t *payload = P.a.kv_cache + po, *scales = P.a.kv_cache + so;
-    for (int i = lane; i < 448; i += 32) payload[i] = 0;
-    for (int j = lane; j < 64; j += 32) {
-        payload[448 + 2 * j] = (uint8_t)(KVC_BF16_QNAN & 0xFFu);
-        payload[449 + 2 * j] = (uint8_t)(KVC_BF16_QNAN >> 8);
-    }
-    if (lane < 8) scales[lane] = lane < 7 ? (uint8_t)KVC_SCALE_NONFINITE : 0;
 }
 
 /* A segment's rows from a stage into registers (2 dims per lane); the stage
@@ -371,7 +356,11 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
 #pragma unroll
         for (int k = 0; k < 8; k++) ball |= X->ybad[k];
         if (ball < 0) return; /* a bad row: skipped and counted in stage a */
-        if (ball) ring_nonfinite_slot(P, d.slot, lane);
+        if (ball && lane == 0) { /* rare: the shared writer, serially */
+            int64_t po, so;
+            kvc_slot_offsets(&P.a, d.slot, &po, &so);
+            kvc_write_nonfinite_slot(P.a.kv_cache + po, P.a.kv_cache + so);
+        }
         if (lane == 0) {
             count(&P.status->outputs_written);
             if (ball) count(&P.status->outputs_nonfinite);
