@@ -75,7 +75,7 @@ struct launch_params {
     int uniform;                /* all chunks full, nchunk a power of 2 <= kTreeMax L */
     int fast;                   /* vec and no overlap: straight-line full segments */
     int tiles;                  /* ring kernel: tmap describes state_cache       */
-    CUtensorMap tmap;           /* ring kernel: state_cache as [blocks][block_size][width] floats, box [1][8][64] */
+    CUtensorMap tmap;           /* ring kernel: state_cache as [blocks][block_size][2][8][64] floats (encode_state_map) */
 };
 
 /* The device code, once per dims-per-thread and numerics mode (cuda_kernels.cuh). */
@@ -253,10 +253,13 @@ static int encode_state_map(const kvc_args *a, CUtensorMap *tm) {
         tried = 1;
     }
     if (!enc || a->block_size < KVC_SEG || a->num_blocks > 0x7FFFFFFFLL || a->block_size > 0x7FFFFFFFLL) return 0;
-    const cuuint64_t dims[3] = {(cuuint64_t)a->state_width, (cuuint64_t)a->block_size, (cuuint64_t)a->num_blocks};
-    const cuuint64_t strides[2] = {(cuuint64_t)a->state_stride_token * 4, (cuuint64_t)a->state_stride_block * 4};
-    const cuuint32_t box[3] = {64, KVC_SEG, 1}, estr[3] = {1, 1, 1};
-    return enc(tm, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)a->state_cache, dims, strides, box, estr,
+    /* [blocks][rows][2 halves][8 slices][64 floats]: a box of one slice's
+     * 64 values and 64 scores of 8 rows */
+    const cuuint64_t dims[5] = {64, 8, 2, (cuuint64_t)a->block_size, (cuuint64_t)a->num_blocks};
+    const cuuint64_t strides[4] = {256, 2048, (cuuint64_t)a->state_stride_token * 4,
+                                   (cuuint64_t)a->state_stride_block * 4};
+    const cuuint32_t box[5] = {64, 1, 2, KVC_SEG, 1}, estr[5] = {1, 1, 1, 1, 1};
+    return enc(tm, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, (void *)a->state_cache, dims, strides, box, estr,
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }

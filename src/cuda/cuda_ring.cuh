@@ -6,37 +6,52 @@
  *
  * Work: an output is 8 slices of 64 dims, one per warp; the 8 warps of an
  * output are a GROUP inside one CTA, and a CTA (16 warps, one per SM) holds
- * 2 groups that walk the outputs with a grid stride.  Each warp streams its
- * window through its own ring of RING_NS shared-memory stages: per segment,
- * two tensor copies of [8 rows][64 floats] (values, scores) when the rows
- * lie in one block and the call has a tensor map, else 16 lanes each copy
- * one 256-byte half-row slice with cp.async.bulk, completing on the stage's
- * mbarrier.  The warp reads a stage into registers, refills it with the
- * segment RING_NS ahead (into its next output, whose checks it ran during
- * this one), issues the block-table
- * load for the refill after that, then reduces; segment states go into a
- * register binary counter (canonical order).  No warp ever waits for a
- * later output of another: the slot of output m is finished at the end of
- * output m + 1 (RMS partial sums exchanged through shared memory, mbarrier
- * A) and fixed up, if non-finite, at the end of m + 2 (mbarrier B).  No
- * global workspace.
+ * 2 groups that walk the outputs with a grid stride.  The group's warp 0
+ * (its leader) runs each output's checks and resolves its segments once, a
+ * few segments into the output before, into shared memory (ring_out; mbarrier
+ * D); a segment whose 8 rows lie in one block is {block, row}, the others
+ * are looked up row by row when they are copied.  Each warp streams its
+ * window through its own ring of RING_NS shared-memory stages: per segment
+ * one tensor copy of [8 rows][2 halves][64 floats] when the call has a
+ * tensor map (EXACT), else 16 lanes copy one 256-byte half-row slice each
+ * with cp.async.bulk, completing on the stage's mbarrier.  The warp reads a
+ * stage into registers, refills it with the segment RING_NS ahead (into its
+ * next output near the end of one), then reduces; segment states go into a
+ * register binary counter (canonical order).  No warp ever waits for a later
+ * output of another: the slot of output m is finished at the end of output
+ * m + 1 (RMS partial sums exchanged through shared memory, mbarrier A) and
+ * fixed up, if non-finite, at the end of m + 2 (mbarrier B).  No global
+ * workspace.
  *
  * Shared memory, kRingSmem bytes in all:
- *   stages  [16 warps][RING_NS][1024 floats]: rows 0-7 x 64 values, then x 64 scores
+ *   stages  [16 warps][RING_NS][1024 floats]: rows 0-7 x (64 values, 64 scores)
  *   wts     [512] the RMS weights as floats
- *   desc    [16 warps][4] each warp's outputs m+1, m, m-1, m-2 (by m & 3)
+ *   outs    [2 groups][4] ring_out: outputs n + 1, n, n - 1, n - 2 (by n & 3)
  *   xch     [2 groups][2 parities] the slot exchange (ring_xchg)
- *   bars    [16 warps][RING_NS] stage mbarriers, then [2 groups][A, B][2 parities]
+ *   marks   [16 warps][2 parities] bad-row marks (ring_mark)
+ *   bars    [16 warps][RING_NS] stage mbarriers, then [2 groups][A, B, D][2 parities]
  */
 #define RING_WARPS 16
 #define RING_NS KVC_CUDA_RING_STAGES
 #define RING_STAGE 1024 /* floats per stage: 8 rows x 2 x 64 */
+#define RING_MAXSEG 64
+#define RING_SEG_LOOKUP (-1) /* ring_out::seg: rows looked up one by one */
+#define RING_SEG_BAD (-2)    /* ring_out::seg: the segment's block is out of range */
 
-struct ring_desc {       /* one output as a warp of its group sees it */
-    long long p, slot, pc;
+/* One output as its group's leader resolved it (shared memory). */
+struct ring_out {
+    long long p, pc, bad_g;
+    kvc_i64 po, so;      /* kv_cache byte offsets of its slot's payload and scales */
     const kvc_i32 *trow; /* its request's block-table row */
-    int o, bad;          /* bad: a looked-up row's block is out of range */
-    long long bad_g;
+    int o;               /* < 0: the group's walk has ended */
+    int bad;             /* a segment's block is out of range (bad_g) */
+    int2 seg[RING_MAXSEG]; /* {block, row in block} of segment j, or {RING_SEG_*, 0} */
+};
+/* A warp's mark of a bad row of one output (ring_fill_rows; shared memory,
+ * two per warp, by output parity; cleared when published). */
+struct ring_mark {
+    long long g;
+    int bad, pad_;
 };
 /* What the 8 warps of a group exchange about one output (shared memory,
  * two per group, by output parity). */
@@ -55,123 +70,17 @@ __device__ __forceinline__ void ring_wait(unsigned long long *bar, unsigned pari
                  "r"(parity)
                  : "memory");
 }
-
-/* Lanes 0..7: the element offset of row `lane` of segment sg of d's window
- * (value half), or KVC_ROW_BAD.  Other lanes: 0. */
-__device__ __forceinline__ long long ring_lookup(const launch_params &P, const ring_desc &d, long long sg, int lane,
-                                                 kvc_i64 *blk) {
-    if (lane >= KVC_SEG) return 0;
-    const kvc_shape sh = kvc_shape_of(&P.a);
-    return kvc_row_lookup(&sh, d.trow, d.p, sg * KVC_SEG + lane, blk);
+/* Lane 0: an arrival on stage barrier bar that expects `bytes` of copies. */
+__device__ __forceinline__ void ring_expect(unsigned long long *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(ring_su32(bar)), "r"(bytes)
+                 : "memory");
 }
-
-/* The rows of the segments a warp looks up one after another: lanes 0..7
- * keep the block-table index l and the row r inside that block of their
- * row, so that the next segment (8 positions on) needs no division:
- * kvc_row_lookup's arithmetic, advanced instead of recomputed. */
-struct ring_cursor {
-    long long l, r;
-};
-__device__ __forceinline__ void ring_cursor_at(const launch_params &P, const ring_desc &d, long long sg, int lane,
-                                               ring_cursor &c) {
-    const long long pos = d.p - P.a.compress_ratio + 1 + sg * KVC_SEG + (lane & 7); /* no overlap: never masked */
-    c.l = pos / P.a.block_size;
-    c.r = pos - c.l * P.a.block_size;
-}
-/* Lanes 0..7: c advanced to row `lane` of the segment after c's (or, with
- * restart, of segment sg of d); @return that row's block-table entry, not
- * yet used (its load is in flight until ring_offset, a step later). */
-__device__ __forceinline__ long long ring_advance(const launch_params &P, const ring_desc &d, long long sg, int lane,
-                                                  bool restart, ring_cursor &c) {
-    if (lane >= KVC_SEG) return 0;
-    if (restart) {
-        ring_cursor_at(P, d, sg, lane, c);
-    } else {
-        c.r += KVC_SEG;
-        while (c.r >= P.a.block_size) {
-            c.r -= P.a.block_size;
-            c.l++;
-        }
-    }
-    return d.trow[c.l];
-}
-/* The row's offset from its block g and c (kvc_row_lookup's result). */
-__device__ __forceinline__ long long ring_offset(const launch_params &P, long long g, const ring_cursor &c) {
-    if (g < 0 || g >= P.a.num_blocks) return KVC_ROW_BAD;
-    return g * P.a.state_stride_block + c.r * P.a.state_stride_token; /* kvc_row_offset, r < block_size */
-}
-
-/* Fill stage `st` with the rows whose offsets lanes 0..7 hold (off), slice
- * sl: lanes 0-7 copy the value halves, 8-15 the score halves; a bad row is
- * skipped (its output was marked bad when the row was looked up). */
-__device__ __forceinline__ void ring_issue(const launch_params &P, float *st, unsigned long long *bar, long long off,
-                                          int sl, int lane) {
-    const long long o8 = __shfl_sync(0xffffffffu, off, lane & 7);
-    const unsigned ok = __ballot_sync(0xffffffffu, lane < KVC_SEG && off != KVC_ROW_BAD) & 0xFFu;
-    if (lane == 0)
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(ring_su32(bar)),
-                     "r"(__popc(ok) * 512u)
-                     : "memory");
-    __syncwarp();
-    const int i = lane & 7;
-    if (lane < 2 * KVC_SEG && ((ok >> i) & 1u)) {
-        const float *src = P.a.state_cache + o8 + (lane >= KVC_SEG ? 512 : 0) + sl * 64;
-        float *dst = st + (lane >= KVC_SEG ? 512 : 0) + i * 64;
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 256, [%2];" ::"r"(
-                         ring_su32(dst)),
-                     "l"(src), "r"(ring_su32(bar))
-                     : "memory");
-    }
-}
-
-/* Fill stage `st` with a segment whose 8 rows lie in one block (block g,
- * rows r .. r + 7): two tensor copies of [8 rows][64 floats] through the
- * call's tensor map (values at x = 64 sl, scores at x = 512 + 64 sl), issued
- * by lane 0; per-lane bulk copies cost 16 serialised issues per segment. */
-__device__ __forceinline__ void ring_issue_tile(const launch_params &P, float *st, unsigned long long *bar,
-                                               long long g, long long r, int sl, int lane) {
-    if (lane != 0) return;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(ring_su32(bar)), "r"(4096u) : "memory");
-    const unsigned long long tm = reinterpret_cast<unsigned long long>(&P.tmap);
-#pragma unroll
-    for (int k = 0; k < 2; k++)
-        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                     " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(ring_su32(st + 512 * k)),
-                     "l"(tm), "r"(512 * k + 64 * sl), "r"((int)r), "r"((int)g), "r"(ring_su32(bar))
-                     : "memory");
-}
-
-/* The warp's next live output from o on (stride `stride`): checks run,
- * invalid and padding outputs recorded by the group's warp 0 and skipped.
- * @return 0 when there is none. */
-__device__ __noinline__ int ring_next(const launch_params &P, long long o, long long stride, int rec, int lane, ring_desc *d) {
-    for (; o < P.a.num_outputs; o += stride) {
-        kvc_out_info inf;
-        const int chk = kvc_check_output(&P.a, o, &inf, 0);
-        if (chk != KVC_CHECK_NONE) {
-            if (rec && lane == 0) {
-                record_error(P.status, chk, o, inf.value);
-                count(&P.status->outputs_invalid);
-            }
-            continue;
-        }
-        if (inf.slot < 0) {
-            if (rec && lane == 0) count(&P.status->outputs_padding);
-            continue;
-        }
-        __syncwarp();
-        if (lane == 0) {
-            d->p = inf.p;
-            d->slot = inf.slot;
-            d->pc = inf.pc;
-            d->trow = P.a.block_table + inf.r * P.a.block_table_stride;
-            d->o = (int)o;
-            d->bad = 0;
-        }
-        __syncwarp();
-        return 1;
-    }
-    return 0;
+/* One 256-byte half-row slice into the stage (row i, half h: 0 values, 1 scores). */
+__device__ __forceinline__ void ring_copy_row(float *st, unsigned long long *bar, const float *src, int i, int h) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 256, [%2];" ::"r"(
+                     ring_su32(st + i * 128 + h * 64)),
+                 "l"(src), "r"(ring_su32(bar))
+                 : "memory");
 }
 
 /* The warp's arrival on mbarrier bar (its shared and global writes before it). */
@@ -183,6 +92,114 @@ __device__ __forceinline__ void ring_mbar_arrive(unsigned long long *bar, int la
     }
 }
 
+/* The leader's part: the group's next live output from o on (stride
+ * `stride`), into d.  Invalid and padding outputs are recorded and skipped;
+ * d->o = -1 when there is none.  Each segment is resolved once here (one
+ * division per lane), so that a copy needs no lookup. */
+__device__ __noinline__ void ring_next(const launch_params &P, long long o, long long stride, int spw, int lane,
+                                       ring_out *d) {
+    for (; o < P.a.num_outputs; o += stride) {
+        kvc_out_info inf;
+        const int chk = kvc_check_output(&P.a, o, &inf, 0);
+        if (chk != KVC_CHECK_NONE) {
+            if (lane == 0) {
+                record_error(P.status, chk, o, inf.value);
+                count(&P.status->outputs_invalid);
+            }
+            continue;
+        }
+        if (inf.slot < 0) {
+            if (lane == 0) count(&P.status->outputs_padding);
+            continue;
+        }
+        const kvc_i32 *trow = P.a.block_table + inf.r * P.a.block_table_stride;
+        const long long bs = P.a.block_size, p0 = inf.p - P.a.compress_ratio + 1; /* no overlap: never masked */
+        int bad = 0;
+        long long bad_g = 0;
+        for (int j = lane; j < spw; j += 32) {
+            const long long pos = p0 + (long long)j * KVC_SEG, l = pos / bs, r = pos - l * bs;
+            int2 e = make_int2(RING_SEG_LOOKUP, 0);
+            if (r + KVC_SEG <= bs && bs <= 0x7FFFFFFFLL) {
+                const long long g = trow[l];
+                if (g < 0 || g >= P.a.num_blocks) {
+                    e.x = RING_SEG_BAD;
+                    bad = 1;
+                    bad_g = g;
+                } else {
+                    e = make_int2((int)g, (int)r);
+                }
+            }
+            d->seg[j] = e;
+        }
+        const unsigned badm = __ballot_sync(0xffffffffu, bad);
+        bad_g = __shfl_sync(0xffffffffu, bad_g, badm ? __ffs(badm) - 1 : 0);
+        if (lane == 0) {
+            d->p = inf.p;
+            d->pc = inf.pc;
+            kvc_slot_offsets(&P.a, inf.slot, &d->po, &d->so);
+            d->trow = trow;
+            d->o = (int)o;
+            d->bad = badm != 0;
+            d->bad_g = bad_g;
+        }
+        return;
+    }
+    if (lane == 0) d->o = -1;
+}
+
+/* Segment j of d's window, rows looked up one by one (a segment across
+ * blocks, or block size < 8): lanes 0-7 the value halves, 8-15 the score
+ * halves; a bad row is not copied and marks the output in mk. */
+__device__ __forceinline__ void ring_fill_rows(const launch_params &P, const ring_out *d, int j, float *st,
+                                            unsigned long long *bar, int sl, int lane, ring_mark *mk) {
+    const kvc_shape sh = kvc_shape_of(&P.a);
+    kvc_i64 blk = 0;
+    const long long off = lane < KVC_SEG ? kvc_row_lookup(&sh, d->trow, d->p, (long long)j * KVC_SEG + lane, &blk) : 0;
+    const unsigned badm = __ballot_sync(0xffffffffu, lane < KVC_SEG && off == KVC_ROW_BAD);
+    const unsigned ok = __ballot_sync(0xffffffffu, lane < KVC_SEG && off != KVC_ROW_BAD) & 0xFFu;
+    if (badm) {
+        const long long g = __shfl_sync(0xffffffffu, blk, __ffs(badm) - 1);
+        if (lane == 0) {
+            mk->bad = 1;
+            mk->g = g;
+        }
+    }
+    const long long o8 = __shfl_sync(0xffffffffu, off, lane & 7);
+    if (lane == 0) ring_expect(bar, __popc(ok) * 512u);
+    __syncwarp();
+    const int i = lane & 7, h = lane >> 3;
+    if (lane < 2 * KVC_SEG && ((ok >> i) & 1u)) ring_copy_row(st, bar, P.a.state_cache + o8 + h * 512 + sl * 64, i, h);
+}
+
+/* Fill stage st with segment j of d's window, slice sl. */
+__device__ __forceinline__ void ring_fill(const launch_params &P, const ring_out *d, int j, float *st,
+                                          unsigned long long *bar, int sl, int lane, ring_mark *mk) {
+    const int2 e = d->seg[j];
+    if (e.x >= 0 && P.tiles) { /* one tensor copy: x = 64 sl, both halves, rows e.y .. e.y + 7 of block e.x */
+        if (lane == 0) {
+            ring_expect(bar, 4096u);
+            asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                         " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];" ::"r"(ring_su32(st)),
+                         "l"(reinterpret_cast<unsigned long long>(&P.tmap)), "r"(0), "r"(sl), "r"(0), "r"(e.y),
+                         "r"(e.x), "r"(ring_su32(bar))
+                         : "memory");
+        }
+    } else if (e.x >= 0) { /* one block, 16 row copies */
+        if (lane == 0) ring_expect(bar, 4096u);
+        __syncwarp();
+        const int i = lane & 7, h = lane >> 3;
+        if (lane < 2 * KVC_SEG)
+            ring_copy_row(st, bar,
+                          P.a.state_cache + e.x * P.a.state_stride_block + (e.y + i) * P.a.state_stride_token +
+                              h * 512 + sl * 64,
+                          i, h);
+    } else if (e.x == RING_SEG_BAD) { /* the output is marked bad: nothing to copy */
+        if (lane == 0) ring_expect(bar, 0u);
+    } else {
+        ring_fill_rows(P, d, j, st, bar, sl, lane, mk);
+    }
+}
+
 /* Slice sl's part of an output's slot from its c (dims 64 sl + 2 lane + 0/1),
  * once every slice's partial sum is in X: the RMS sum in the canonical
  * pairwise tree over the 8 partials, NOPE group sl (sl < 7) or RoPE pair
@@ -190,7 +207,7 @@ __device__ __forceinline__ void ring_mbar_arrive(unsigned long long *bar, int la
  * non-finite slot is rewritten whole two outputs later (stage b).  @return 1
  * if this slice saw a non-finite value. */
 __device__ __forceinline__ int ring_slice_slot(const launch_params &P, const float c[2], int sl, int lane,
-                                               const ring_xchg *X, const float *wts, long long slot, float csc,
+                                               const ring_xchg *X, const float *wts, const ring_out &d, float csc,
                                                float css) {
     const kvc_args &a = P.a;
     int bad = kvc_nonfinite(c[0]) | kvc_nonfinite(c[1]);
@@ -203,9 +220,7 @@ __device__ __forceinline__ int ring_slice_slot(const launch_params &P, const flo
         y[t] = kvc_rms_apply(c[t], rr, wts[64 * sl + 2 * lane + t]);
         bad |= kvc_nonfinite(y[t]);
     }
-    int64_t po, so;
-    kvc_slot_offsets(&a, slot, &po, &so);
-    uint8_t *payload = a.kv_cache + po, *scales = a.kv_cache + so;
+    uint8_t *payload = a.kv_cache + d.po, *scales = a.kv_cache + d.so;
     if (sl < 7) {
         const int fp8 = a.nope_format == KVC_NOPE_FP8_E4M3;
         float z[2];
@@ -237,8 +252,8 @@ __device__ __forceinline__ void ring_read(const float *st, int lane, float2 v[KV
     const float2 *sv = reinterpret_cast<const float2 *>(st);
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++) {
-        v[i] = sv[i * 32 + lane];
-        s[i] = sv[256 + i * 32 + lane];
+        v[i] = sv[i * 64 + lane];
+        s[i] = sv[i * 64 + 32 + lane];
     }
 }
 
@@ -266,72 +281,63 @@ __device__ __forceinline__ stv ring_reduce(const float2 v[KVC_SEG], const float2
 #endif /* sm_90 */
 
 constexpr int kRingWarps = RING_WARPS;
-constexpr size_t kRingSmem = (size_t)RING_WARPS * RING_NS * RING_STAGE * 4 + 512 * 4 + RING_WARPS * 4 * sizeof(ring_desc) +
-                             2 * 2 * sizeof(ring_xchg) + RING_WARPS * RING_NS * 8 + 2 * 2 * 2 * 8;
+constexpr size_t kRingSmem = (size_t)RING_WARPS * RING_NS * RING_STAGE * 4 + 512 * 4 + 2 * 4 * sizeof(ring_out) +
+                             2 * 2 * sizeof(ring_xchg) +
+                             RING_WARPS * 2 * sizeof(ring_mark) + RING_WARPS * RING_NS * 8 + 2 * 3 * 2 * 8;
 
 template <int SPW>
 __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_constant__ launch_params P) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900 /* the host launches it on sm_90 and newer only */
     constexpr int LEVELS = SPW == 8 ? 3 : SPW == 16 ? 4 : SPW == 32 ? 5 : 6;
-    static_assert((1 << LEVELS) == SPW, "SPW: 8, 16, 32 or 64");
+    static_assert((1 << LEVELS) == SPW && SPW <= RING_MAXSEG, "SPW: 8, 16, 32 or 64");
     extern __shared__ __align__(128) unsigned char rsm[];
     float *stages = reinterpret_cast<float *>(rsm);
     float *wts = stages + RING_WARPS * RING_NS * RING_STAGE;
-    ring_desc *desc = reinterpret_cast<ring_desc *>(wts + 512);
-    ring_xchg *xch = reinterpret_cast<ring_xchg *>(desc + RING_WARPS * 4); /* [2 groups][2 parities] */
-    unsigned long long *bars = reinterpret_cast<unsigned long long *>(xch + 4);
-    unsigned long long *gbar = bars + RING_WARPS * RING_NS; /* [2 groups][A, B][2 parities] */
+    ring_out *outs = reinterpret_cast<ring_out *>(wts + 512); /* [2 groups][4] */
+    ring_xchg *xch = reinterpret_cast<ring_xchg *>(outs + 2 * 4); /* [2 groups][2 parities] */
+    ring_mark *marks = reinterpret_cast<ring_mark *>(xch + 4); /* [16 warps][2 parities] */
+    unsigned long long *bars = reinterpret_cast<unsigned long long *>(marks + 2 * RING_WARPS);
+    unsigned long long *gbar = bars + RING_WARPS * RING_NS; /* [2 groups][A, B, D][2 parities] */
 
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = w / 8, sl = w % 8;
+    const bool leader = sl == 0;
     const long long TG = 2LL * gridDim.x; /* groups in the grid */
-    const long long gid = (long long)g * gridDim.x + blockIdx.x;
     for (int t = threadIdx.x; t < 512; t += blockDim.x) wts[t] = kvc_bf16_to_f32(P.a.rms_norm_weight[t]);
     float *stg = stages + w * RING_NS * RING_STAGE;
     unsigned long long *bar = bars + w * RING_NS;
     if (lane == 0)
         for (int s = 0; s < RING_NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ring_su32(bar + s)));
-    if (threadIdx.x < 8)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 8;" ::"r"(ring_su32(gbar + threadIdx.x)));
+    if (threadIdx.x < 12) /* A and B: the 8 slices arrive; D: the leader */
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(ring_su32(gbar + threadIdx.x)),
+                     "r"(threadIdx.x % 6 < 4 ? 8 : 1));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     __syncthreads();
-    ring_desc *dw = desc + 4 * w; /* outputs n .. n-3 of this warp, by n & 3 */
-    if (!ring_next(P, gid, TG, sl == 0, lane, &dw[0])) return;
-    unsigned long long *barA = gbar + g * 4, *barB = gbar + g * 4 + 2;
-
-    /* prologue: rows of segments 0 .. RING_NS (one segment per 8 lanes);
-     * stages 0 .. RING_NS - 1 filled, segment RING_NS's block kept for the
-     * first refill (which marks a bad row of it) */
-    long long g_next; /* lanes 0..7: block of the next refill's row (ring_advance) */
-    ring_cursor curs;
-    {
-        kvc_i64 blk = 0;
-        const int sg = lane / KVC_SEG;
-        const long long off = sg <= RING_NS ? ring_lookup(P, dw[0], sg, lane % KVC_SEG, &blk) : 0;
-        const unsigned badm = __ballot_sync(0xffffffffu, sg < RING_NS && off == KVC_ROW_BAD);
-        if (badm && lane == __ffs(badm) - 1) {
-            dw[0].bad = 1;
-            dw[0].bad_g = blk;
-        }
-#pragma unroll
-        for (int s = 0; s < RING_NS; s++) {
-            const long long os = __shfl_sync(0xffffffffu, off, (8 * s + (lane & 7)) & 31);
-            ring_issue(P, stg + s * RING_STAGE, bar + s, lane < KVC_SEG ? os : 0, sl, lane);
-        }
-        g_next = __shfl_sync(0xffffffffu, blk, (8 * RING_NS + (lane & 7)) & 31);
-        ring_cursor_at(P, dw[0], RING_NS, lane, curs);
+    ring_out *go = outs + 4 * g; /* the group's outputs n .. n-3, by n & 3 */
+    unsigned long long *barA = gbar + g * 6, *barB = barA + 2, *barD = barA + 4;
+    if (leader) {
+        ring_next(P, (long long)g * gridDim.x + blockIdx.x, TG, SPW, lane, &go[0]);
+        ring_mbar_arrive(barD, lane);
     }
+    ring_wait(barD, 0);
+    if (go[0].o < 0) return;
+
+    ring_mark *mk = marks + 2 * w; /* the warp's bad-row marks, by output parity */
+    if (lane < 2) mk[lane].bad = 0;
+    __syncwarp();
+#pragma unroll
+    for (int s = 0; s < RING_NS; s++) ring_fill(P, &go[0], s, stg + s * RING_STAGE, bar + s, sl, lane, &mk[0]);
     __syncwarp();
 
     /* End of output m (the slot pipeline, no warp waits on a later output):
      *   a. slot m-1: wait until all 8 slices published m-1 (barrier A), write
      *      this slice's bytes, publish its non-finite flag (barrier B);
-     *   b. slice 0, slot m-2: wait for B, rewrite the slot if any slice saw
-     *      a non-finite value, count it;
+     *   b. the leader, slot m-2: wait for B, rewrite the slot if any slice
+     *      saw a non-finite value, count it;
      *   c. output m: publish this slice's partial sum and bad-row mark (A). */
     float cp[2] = {0.0f, 0.0f}, cscp = 0.0f, cssp = 0.0f; /* output m-1's c and cos/sin */
     auto stage_a = [&](int m) {
-        const ring_desc &d = dw[m & 3];
+        const ring_out &d = go[m & 3];
         ring_xchg *X = xch + g * 2 + (m & 1);
         ring_wait(barA + (m & 1), (unsigned)(m >> 1) & 1u);
         int rb = -1;
@@ -339,8 +345,8 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
         for (int k = 7; k >= 0; k--)
             if (X->rowbad[k]) rb = k;
         int bad = 0;
-        if (rb < 0) bad = ring_slice_slot(P, cp, sl, lane, X, wts, d.slot, cscp, cssp);
-        else if (sl == 0 && lane == 0) {
+        if (rb < 0) bad = ring_slice_slot(P, cp, sl, lane, X, wts, d, cscp, cssp);
+        else if (leader && lane == 0) {
             record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, d.o, X->rowbad_g[rb]);
             count(&P.status->outputs_invalid);
         }
@@ -348,19 +354,16 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
         ring_mbar_arrive(barB + (m & 1), lane);
     };
     auto stage_b = [&](int m) {
-        if (sl != 0) return;
-        const ring_desc &d = dw[m & 3];
+        if (!leader) return;
+        const ring_out &d = go[m & 3];
         const ring_xchg *X = xch + g * 2 + (m & 1);
         ring_wait(barB + (m & 1), (unsigned)(m >> 1) & 1u);
         int ball = 0;
 #pragma unroll
         for (int k = 0; k < 8; k++) ball |= X->ybad[k];
         if (ball < 0) return; /* a bad row: skipped and counted in stage a */
-        if (ball && lane == 0) { /* rare: the shared writer, serially */
-            int64_t po, so;
-            kvc_slot_offsets(&P.a, d.slot, &po, &so);
-            kvc_write_nonfinite_slot(P.a.kv_cache + po, P.a.kv_cache + so);
-        }
+        if (ball && lane == 0) /* rare: the shared writer, serially */
+            kvc_write_nonfinite_slot(P.a.kv_cache + d.po, P.a.kv_cache + d.so);
         if (lane == 0) {
             count(&P.status->outputs_written);
             if (ball) count(&P.status->outputs_nonfinite);
@@ -371,57 +374,49 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
     unsigned q = 0;
     long long b_next = -1;
     for (;;) {
-        const ring_desc &dc = dw[seq & 3];
-        ring_desc *dn = &dw[(seq + 1) & 3];
+        const ring_out *dc = &go[seq & 3];
+        ring_out *dn = &go[(seq + 1) & 3];
         stv L[LEVELS], T;
         float csc = 0.0f, css = 0.0f;
-#pragma unroll 1
+        if (sl == 7) /* the RoPE warp's cos/sin, used at the end of the output */
+            kvc_cos_sin(P.a.cos_sin_cache + dc->pc * P.a.cos_sin_stride, P.a.cos_sin_layout == KVC_COS_SIN_INTERLEAVED,
+                        lane, &csc, &css);
+#pragma unroll 2 /* segment j's parity known: half the binary counter's moves */
         for (int j = 0; j < SPW; j++) {
-            /* the next output's checks: its boundary token loaded at j = 0,
-             * the token's three values prefetched at j = 1, the checks at j = 3 */
-            if (j == 0) {
-                b_next = dc.o + TG < P.a.num_outputs ? P.a.boundary_token_indices[dc.o + TG] : -1;
-                if (sl == 7) /* the RoPE warp's cos/sin, used at the end of the output */
-                    kvc_cos_sin(P.a.cos_sin_cache + dc.pc * P.a.cos_sin_stride,
-                                P.a.cos_sin_layout == KVC_COS_SIN_INTERLEAVED, lane, &csc, &css);
-            }
-            if (j == 1 && lane < 3 && b_next >= 0 && b_next < P.a.num_tokens) {
-                const void *pf = lane == 0 ? (const void *)(P.a.kv_slot_mapping + b_next)
-                                 : lane == 1 ? (const void *)(P.a.token_to_req + b_next)
-                                             : (const void *)(P.a.positions + b_next);
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(pf));
-            }
-            if (j == 3) has_next = ring_next(P, dc.o + TG, TG, sl == 0, lane, dn);
-            const int s = (int)(q % RING_NS);
-            ring_wait(bar + s, (q / RING_NS) & 1u);
-            /* segment q into registers, the stage refilled with segment
-             * q + RING_NS, the lookup for the refill after that, then the
-             * arithmetic */
-            float2 v[KVC_SEG], sc[KVC_SEG];
-            ring_read(stg + s * RING_STAGE, lane, v, sc);
-            __syncwarp();
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            const int jj = j + RING_NS, jl = j + RING_NS + 1; /* refill, next lookup */
-            if (jj < SPW || has_next) {
-                const long long off = lane < KVC_SEG ? ring_offset(P, g_next, curs) : 0;
-                const long long r0 = __shfl_sync(0xffffffffu, curs.r, 0), o0 = __shfl_sync(0xffffffffu, off, 0);
-                if (P.tiles && o0 >= 0 && r0 + KVC_SEG <= P.a.block_size) /* one block: rows r0 .. r0 + 7 */
-                    ring_issue_tile(P, stg + s * RING_STAGE, bar + s, __shfl_sync(0xffffffffu, g_next, 0), r0, sl,
-                                    lane);
-                else
-                    ring_issue(P, stg + s * RING_STAGE, bar + s, off, sl, lane);
-                /* a bad row marks its output */
-                const unsigned badm = __ballot_sync(0xffffffffu, lane < KVC_SEG && off == KVC_ROW_BAD);
-                if (badm && lane == __ffs(badm) - 1) {
-                    ring_desc *dm = jj < SPW ? &dw[seq & 3] : dn;
-                    dm->bad = 1;
-                    dm->bad_g = g_next;
+            /* the leader resolves the next output: its boundary token loaded
+             * at j = 0, the token's three values prefetched at j = 1, the
+             * checks at j = 3 (then barrier D) */
+            if (leader) {
+                if (j == 0) b_next = dc->o + TG < P.a.num_outputs ? P.a.boundary_token_indices[dc->o + TG] : -1;
+                if (j == 1 && lane < 3 && b_next >= 0 && b_next < P.a.num_tokens) {
+                    const void *pf = lane == 0 ? (const void *)(P.a.kv_slot_mapping + b_next)
+                                     : lane == 1 ? (const void *)(P.a.token_to_req + b_next)
+                                                 : (const void *)(P.a.positions + b_next);
+                    asm volatile("prefetch.global.L1 [%0];" ::"l"(pf));
+                }
+                if (j == 3) {
+                    ring_next(P, dc->o + TG, TG, SPW, lane, dn);
+                    ring_mbar_arrive(barD + ((seq + 1) & 1), lane);
                 }
             }
-            if (jl < SPW || has_next) { /* jl - SPW <= RING_NS < SPW */
-                const ring_desc &dl = jl < SPW ? dc : *dn;
-                const int sgl = jl < SPW ? jl : jl - SPW;
-                g_next = ring_advance(P, dl, sgl, lane, sgl == 0, curs);
+            const int s = (int)(q % RING_NS);
+            float *st = stg + s * RING_STAGE;
+            ring_wait(bar + s, (q / RING_NS) & 1u);
+            /* segment q into registers, the stage refilled with segment
+             * q + RING_NS, then the arithmetic */
+            float2 v[KVC_SEG], sc[KVC_SEG];
+            ring_read(st, lane, v, sc);
+            __syncwarp();
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            const int jj = j + RING_NS;
+            if (jj < SPW) {
+                ring_fill(P, dc, jj, st, bar + s, sl, lane, &mk[seq & 1]);
+            } else {
+                if (jj == SPW) { /* the next output, once the leader has resolved it */
+                    ring_wait(barD + ((seq + 1) & 1), (unsigned)((seq + 1) >> 1) & 1u);
+                    has_next = dn->o >= 0;
+                }
+                if (has_next) ring_fill(P, dn, jj - SPW, st, bar + s, sl, lane, &mk[(seq + 1) & 1]);
             }
             stv S = ring_reduce(v, sc);
             q++;
@@ -453,9 +448,11 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
             for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(0xffffffffu, ss, k)); /* a+b == b+a */
             ring_xchg *X = xch + g * 2 + (seq & 1);
             if (lane == 0) {
+                ring_mark *k = &mk[seq & 1];
                 X->ss[sl] = ss;
-                X->rowbad[sl] = dc.bad;
-                X->rowbad_g[sl] = dc.bad_g;
+                X->rowbad[sl] = k->bad | dc->bad;
+                X->rowbad_g[sl] = k->bad ? k->g : dc->bad_g;
+                k->bad = 0;
             }
             ring_mbar_arrive(barA + (seq & 1), lane);
         }
@@ -471,3 +468,6 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
 #undef RING_WARPS
 #undef RING_NS
 #undef RING_STAGE
+#undef RING_MAXSEG
+#undef RING_SEG_LOOKUP
+#undef RING_SEG_BAD
