@@ -320,20 +320,20 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &P.pl);
     /* the ring kernel (cuda_ring.cuh): no overlap, 8..64 full segments (a
      * power of two), 16-byte rows, 32-bit output indices, sm_90 and newer.
-     * Taken for windows of 16 or 32 segments with at least two segments per
-     * warp of the grid (where it measured faster than the chunked kernel,
-     * bench/NOTES.md, session 10); its segments come by tensor copies in
-     * EXACT numerics and by per-row bulk copies in FAST (each measured the
-     * better there).  The
-     * test hook KVC_CUDA_RING=1 takes it for every window it can reduce, so
-     * that the exact suites pin its bytes. */
+     * Taken for windows of 16 or 32 segments (and 64 in FAST numerics) with
+     * at least two segments per warp of the grid (where it measured faster
+     * than the chunked kernel, bench/NOTES.md, sessions 10 and 11); its
+     * segments come by tensor copies in EXACT numerics and by per-row bulk
+     * copies in FAST (each measured the better there).  The test hook
+     * KVC_CUDA_RING=1 takes it for every window it can reduce, so that the
+     * exact suites pin its bytes. */
     const long long nseg = P.pl.nseg;
     const int ring_ok = sm_major(dev) >= 9 && a->overlap == KVC_OVERLAP_OFF && P.pl.rows % KVC_SEG == 0 &&
                         nseg >= 8 && nseg <= 64 && (nseg & (nseg - 1)) == 0 && (uintptr_t)a->state_cache % 16 == 0 &&
                         a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0 &&
                         nout <= 0x7FFFFFFFLL - 2LL * sm_count(dev);
     const int ring = ring_ok && (kvc_test_hook("KVC_CUDA_RING") ||
-                                 ((nseg == 16 || nseg == 32) &&
+                                 ((nseg == 16 || nseg == 32 || (fastnum && nseg == 64)) &&
                                   nout * nseg >= 2LL * kvc_cuda_d2::kRingWarps * sm_count(dev)));
     if (ring) {
         P.pl.nchunk = 1; /* no chunk states, no tickets */

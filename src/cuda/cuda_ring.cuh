@@ -6,10 +6,11 @@
  *
  * Work: an output is 8 slices of 64 dims, one per warp; the 8 warps of an
  * output are a GROUP inside one CTA, and a CTA (16 warps, one per SM) holds
- * 2 groups that walk the outputs with a grid stride.  The group's warp 0
- * (its leader) runs each output's checks and resolves its segments once, a
- * few segments into the output before, into shared memory (ring_out; mbarrier
- * D); a segment whose 8 rows lie in one block is {block, row}, the others
+ * 2 groups that walk the outputs with a grid stride.  Output n of a group
+ * has a leader, the group's warp n % 8 (the role rotates, so that no warp
+ * does more work than the others): it runs the output's checks and resolves
+ * its segments once, a few segments into output n - 1, into shared memory
+ * (ring_out; mbarrier D), and it fixes up the output's slot (stage b); a segment whose 8 rows lie in one block is {block, row}, the others
  * are looked up row by row when they are copied.  Each warp streams its
  * window through its own ring of RING_NS shared-memory stages: per segment
  * one tensor copy of [8 rows][2 halves][64 floats] when the call has a
@@ -38,7 +39,7 @@
 #define RING_SEG_LOOKUP (-1) /* ring_out::seg: rows looked up one by one */
 #define RING_SEG_BAD (-2)    /* ring_out::seg: the segment's block is out of range */
 
-/* One output as its group's leader resolved it (shared memory). */
+/* One output as its leader resolved it (shared memory). */
 struct ring_out {
     long long p, pc, bad_g;
     kvc_i64 po, so;      /* kv_cache byte offsets of its slot's payload and scales */
@@ -83,13 +84,12 @@ __device__ __forceinline__ void ring_copy_row(float *st, unsigned long long *bar
                  : "memory");
 }
 
-/* The warp's arrival on mbarrier bar (its shared and global writes before it). */
-__device__ __forceinline__ void ring_mbar_arrive(unsigned long long *bar, int lane) {
-    __syncwarp();
-    if (lane == 0) {
-        __threadfence_block();
-        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(ring_su32(bar)) : "memory");
-    }
+/* The warp's arrival on mbarrier bar: every lane arrives (release), so
+ * that each lane's shared and global accesses before it are ordered before
+ * the waiters' accesses after it (a barrier of a group's 8 warps counts 256
+ * arrivals, of one warp 32). */
+__device__ __forceinline__ void ring_mbar_arrive(unsigned long long *bar) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(ring_su32(bar)) : "memory");
 }
 
 /* The leader's part: the group's next live output from o on (stride
@@ -301,23 +301,22 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
 
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = w / 8, sl = w % 8;
-    const bool leader = sl == 0;
     const long long TG = 2LL * gridDim.x; /* groups in the grid */
     for (int t = threadIdx.x; t < 512; t += blockDim.x) wts[t] = kvc_bf16_to_f32(P.a.rms_norm_weight[t]);
     float *stg = stages + w * RING_NS * RING_STAGE;
     unsigned long long *bar = bars + w * RING_NS;
     if (lane == 0)
         for (int s = 0; s < RING_NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ring_su32(bar + s)));
-    if (threadIdx.x < 12) /* A and B: the 8 slices arrive; D: the leader */
+    if (threadIdx.x < 12) /* A and B: the 8 slice warps arrive; D: the leader warp */
         asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(ring_su32(gbar + threadIdx.x)),
-                     "r"(threadIdx.x % 6 < 4 ? 8 : 1));
+                     "r"(threadIdx.x % 6 < 4 ? 8 * 32 : 32));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     __syncthreads();
     ring_out *go = outs + 4 * g; /* the group's outputs n .. n-3, by n & 3 */
     unsigned long long *barA = gbar + g * 6, *barB = barA + 2, *barD = barA + 4;
-    if (leader) {
+    if (sl == 0) { /* output 0's leader */
         ring_next(P, (long long)g * gridDim.x + blockIdx.x, TG, SPW, lane, &go[0]);
-        ring_mbar_arrive(barD, lane);
+        ring_mbar_arrive(barD);
     }
     ring_wait(barD, 0);
     if (go[0].o < 0) return;
@@ -332,7 +331,7 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
     /* End of output m (the slot pipeline, no warp waits on a later output):
      *   a. slot m-1: wait until all 8 slices published m-1 (barrier A), write
      *      this slice's bytes, publish its non-finite flag (barrier B);
-     *   b. the leader, slot m-2: wait for B, rewrite the slot if any slice
+     *   b. m-2's leader, slot m-2: wait for B, rewrite the slot if any slice
      *      saw a non-finite value, count it;
      *   c. output m: publish this slice's partial sum and bad-row mark (A). */
     float cp[2] = {0.0f, 0.0f}, cscp = 0.0f, cssp = 0.0f; /* output m-1's c and cos/sin */
@@ -346,15 +345,15 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
             if (X->rowbad[k]) rb = k;
         int bad = 0;
         if (rb < 0) bad = ring_slice_slot(P, cp, sl, lane, X, wts, d, cscp, cssp);
-        else if (leader && lane == 0) {
+        else if (sl == (m & 7) && lane == 0) {
             record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, d.o, X->rowbad_g[rb]);
             count(&P.status->outputs_invalid);
         }
         if (lane == 0) X->ybad[sl] = rb >= 0 ? -1 : bad;
-        ring_mbar_arrive(barB + (m & 1), lane);
+        ring_mbar_arrive(barB + (m & 1));
     };
     auto stage_b = [&](int m) {
-        if (!leader) return;
+        if (sl != (m & 7)) return;
         const ring_out &d = go[m & 3];
         const ring_xchg *X = xch + g * 2 + (m & 1);
         ring_wait(barB + (m & 1), (unsigned)(m >> 1) & 1u);
@@ -383,10 +382,10 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
                         lane, &csc, &css);
 #pragma unroll 2 /* segment j's parity known: half the binary counter's moves */
         for (int j = 0; j < SPW; j++) {
-            /* the leader resolves the next output: its boundary token loaded
+            /* the next output's leader resolves it: its boundary token loaded
              * at j = 0, the token's three values prefetched at j = 1, the
              * checks at j = 3 (then barrier D) */
-            if (leader) {
+            if (sl == ((seq + 1) & 7)) {
                 if (j == 0) b_next = dc->o + TG < P.a.num_outputs ? P.a.boundary_token_indices[dc->o + TG] : -1;
                 if (j == 1 && lane < 3 && b_next >= 0 && b_next < P.a.num_tokens) {
                     const void *pf = lane == 0 ? (const void *)(P.a.kv_slot_mapping + b_next)
@@ -396,7 +395,7 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
                 }
                 if (j == 3) {
                     ring_next(P, dc->o + TG, TG, SPW, lane, dn);
-                    ring_mbar_arrive(barD + ((seq + 1) & 1), lane);
+                    ring_mbar_arrive(barD + ((seq + 1) & 1));
                 }
             }
             const int s = (int)(q % RING_NS);
@@ -454,7 +453,7 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
                 X->rowbad_g[sl] = k->bad ? k->g : dc->bad_g;
                 k->bad = 0;
             }
-            ring_mbar_arrive(barA + (seq & 1), lane);
+            ring_mbar_arrive(barA + (seq & 1));
         }
         if (!has_next) break;
         seq++;
