@@ -23,9 +23,10 @@
  *   - Index values are checked on the device (kvc_check.h); a bad output is
  *     skipped and the first error is recorded in the status word.
  *
- * Large calls of 16- or 32-segment windows take the ring kernel
- * (cuda_ring.cuh): persistent CTAs, one warp per (output, 64-dim slice),
- * segments copied by TMA into per-warp shared-memory rings, no workspace.
+ * Large calls of 16- or 32-segment windows (and 64 in FAST numerics) take
+ * the ring kernel (cuda_ring.cuh): persistent CTAs, one warp per (output,
+ * 64-dim slice), segments copied by TMA into per-warp shared-memory rings,
+ * no workspace.
  *
  * Windows of one segment (C <= 8, or C <= 4 with overlap) go to a second
  * kernel, compress_small_kernel: a CTA takes K outputs (K sized for one full
