@@ -10,8 +10,9 @@
  * has a leader, the group's warp n % 8 (the role rotates, so that no warp
  * does more work than the others): it runs the output's checks and resolves
  * its segments once, a few segments into output n - 1, into shared memory
- * (ring_out; mbarrier D), and it fixes up the output's slot (stage b); a segment whose 8 rows lie in one block is {block, row}, the others
- * are looked up row by row when they are copied.  Each warp streams its
+ * (ring_out; mbarrier D), and it fixes up the output's slot (stage b).  A
+ * segment whose 8 rows lie in one block is resolved to {block, row}; the
+ * others are looked up row by row when they are copied.  Each warp streams its
  * window through its own ring of RING_NS shared-memory stages: per segment
  * one tensor copy of [8 rows][2 halves][64 floats] when the call has a
  * tensor map (EXACT), else 16 lanes copy one 256-byte half-row slice each
