@@ -306,7 +306,11 @@ KVC_API const char *kvc_check_string(int check);
  */
 KVC_API int kvc_backend_available(kvc_backend backend);
 
-/** kvc_cpu_default_threads() -- @return the thread count num_threads=0 uses. */
+/**
+ * kvc_cpu_default_threads() -- @return the thread count num_threads=0 uses:
+ * the processors online when it was first called (read once per process),
+ * clamped to [1, 1024].
+ */
 KVC_API int kvc_cpu_default_threads(void);
 
 /**

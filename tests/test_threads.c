@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvcompress_rand.h"
 #include "test_util.h"
@@ -70,7 +71,7 @@ int main(void) {
     for (int t = 0; t < NT; t++) {
         int c = t < 3 ? t : 3; /* threads 3..5 share case 3's inputs */
         jobs[t] = (job){&cases[c].args, malloc(cases[c].kv_cache_bytes), cases[c].kv_cache_bytes, want[c],
-                        1 + t % 3, t % 2, 0};
+                        t % 4 /* 0: the default count, read by two threads at once */, t % 2, 0};
         pthread_create(&tids[t], NULL, run, &jobs[t]);
     }
     for (int t = 0; t < NT; t++) {
@@ -82,6 +83,11 @@ int main(void) {
         free(want[i]);
         kvc_case_free(&cases[i]);
     }
+    /* the default thread count: the online processors, clamped */
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const int expect = online < 1 ? 1 : online > 1024 ? 1024 : (int)online;
+    TU_CHECK(kvc_cpu_default_threads() == expect && kvc_cpu_default_threads() == expect,
+             "kvc_cpu_default_threads() = %d, online processors %ld", kvc_cpu_default_threads(), online);
     printf("%s (%d failures)\n", tu_failures ? "FAILED" : "passed", tu_failures);
     return tu_failures ? 1 : 0;
 }

@@ -49,9 +49,17 @@ static void init_masked(void) {
     for (int d = 0; d < D; d++) g_masked_s[d] = -INFINITY;
 }
 
-int kvc_cpu_default_threads(void) {
+/* The online processor count, read once: sysconf reads it from sysfs, ~8 us
+ * a call here, which a small call would pay every time. */
+static int g_default_threads;
+static pthread_once_t g_threads_once = PTHREAD_ONCE_INIT;
+static void init_default_threads(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
+    g_default_threads = n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
+}
+int kvc_cpu_default_threads(void) {
+    pthread_once(&g_threads_once, init_default_threads);
+    return g_default_threads;
 }
 
 /* Row kernels: restrict parameters tell the compiler the rows never alias
