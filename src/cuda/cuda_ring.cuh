@@ -152,7 +152,7 @@ __device__ __noinline__ void ring_next(const launch_params &P, long long o, long
  * blocks, or block size < 8): lanes 0-7 the value halves, 8-15 the score
  * halves; a bad row is not copied and marks the output in mk. */
 __device__ __forceinline__ void ring_fill_rows(const launch_params &P, const ring_out *d, int j, float *st,
-                                            unsigned long long *bar, int sl, int lane, ring_mark *mk) {
+                                               unsigned long long *bar, int sl, int lane, ring_mark *mk) {
     const kvc_shape sh = kvc_shape_of(&P.a);
     kvc_i64 blk = 0;
     const long long off = lane < KVC_SEG ? kvc_row_lookup(&sh, d->trow, d->p, (long long)j * KVC_SEG + lane, &blk) : 0;

@@ -87,7 +87,6 @@ static int opencl_available(void) {
  * KVC_OPENCL_DUMP=file writes the built program binary (PTX on NVIDIA).  Any
  * failure keeps the program as built.
  */
-
 static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     const char *dump = getenv("KVC_OPENCL_DUMP");
     char vendor[64] = "";
