@@ -135,10 +135,11 @@ KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2f)
     static cudaError_t launch_ring_##NS(const launch_params &P, unsigned blocks, cudaStream_t s, int spw,  \
                                         int dev) {                                                         \
         static int raised[64][4]; /* per device: a function attribute is set per device */                \
-        void (*const ks[4])(const launch_params) = {NS::ring_kernel<8>, NS::ring_kernel<16>,               \
-                                                    NS::ring_kernel<32>, NS::ring_kernel<64>};             \
+        void (*k)(const launch_params) = spw == 8    ? NS::ring_kernel<8>                                  \
+                                         : spw == 16 ? NS::ring_kernel<16>                                 \
+                                         : spw == 32 ? NS::ring_kernel<32>                                 \
+                                                     : NS::ring_kernel<64>;                                \
         const int ki = spw == 8 ? 0 : spw == 16 ? 1 : spw == 32 ? 2 : 3;                                   \
-        void (*const k)(const launch_params) = ks[ki];                                                     \
         if (!raised[dev][ki]) {                                                                            \
             cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,           \
                                                  (int)NS::kRingSmem);                                      \
