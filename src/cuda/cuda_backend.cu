@@ -75,7 +75,7 @@ struct launch_params {
     int lanes;                  /* L                                             */
     int uniform;                /* all chunks full, nchunk a power of 2 <= kTreeMax L */
     int fast;                   /* vec and no overlap: straight-line full segments */
-    int tiles;                  /* ring kernel: tmap describes state_cache       */
+    int tiles;                  /* ring and burst kernels: tmap describes state_cache */
     CUtensorMap tmap;           /* ring kernel: state_cache as [blocks][block_size][2][8][64] floats (encode_state_map) */
 };
 
@@ -151,6 +151,25 @@ KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2f)
     }
 KVC_DEFINE_LAUNCH_RING(kvc_cuda_d2)
 KVC_DEFINE_LAUNCH_RING(kvc_cuda_d2f)
+
+/* Launch burst_kernel<cs> (cuda_burst.cuh, EXACT: cs = 4, 8, 16 or 32), one
+ * CTA per output; its shared-memory limit is raised once per kernel and device. */
+static cudaError_t launch_burst(const launch_params &P, long long nout, int cs, cudaStream_t s, int dev) {
+    namespace NS = kvc_cuda_d2;
+    static int raised[64][4];
+    void (*k)(const launch_params) = cs == 4    ? NS::burst_kernel<4>
+                                     : cs == 8  ? NS::burst_kernel<8>
+                                     : cs == 16 ? NS::burst_kernel<16>
+                                                : NS::burst_kernel<32>;
+    const int ki = cs == 4 ? 0 : cs == 8 ? 1 : cs == 16 ? 2 : 3;
+    if (!raised[dev][ki]) {
+        cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)NS::kBurstSmem);
+        if (e != cudaSuccess) return e;
+        raised[dev][ki] = 1;
+    }
+    k<<<(unsigned)nout, 512, NS::kBurstSmem, s>>>(P);
+    return cudaGetLastError();
+}
 
 /* ---- host side --------------------------------------------------------- */
 
@@ -336,7 +355,14 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     const int ring = ring_ok && (kvc_test_hook("KVC_CUDA_RING") ||
                                  ((nseg == 16 || nseg == 32 || (fastnum && nseg == 64)) &&
                                   nout * nseg >= 2LL * kvc_cuda_d2::kRingWarps * sm_count(dev)));
-    if (ring) {
+    /* the burst kernel (cuda_burst.cuh): EXACT 64-segment windows (C = 512,
+     * where it measured 4-8% faster than the chunked kernel) in calls of more
+     * outputs than half the SMs (fewer leave SMs idle: 32k tokens lost).  The
+     * test hook KVC_CUDA_BURST=1 takes it for every EXACT window the ring could
+     * reduce, so that the exact suites pin its bytes. */
+    const int burst = !ring && ring_ok && !fastnum && nout > 0 &&
+                      (kvc_test_hook("KVC_CUDA_BURST") || (nseg == 64 && 2 * nout > sm_count(dev)));
+    if (ring || burst) {
         P.pl.nchunk = 1; /* no chunk states, no tickets */
         P.tiles = !fastnum && encode_state_map(a, &P.tmap);
     }
@@ -413,6 +439,11 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         const int spw = (int)nseg;
         err = fastnum ? launch_ring_kvc_cuda_d2f(P, blocks, stream, spw, dev)
                       : launch_ring_kvc_cuda_d2(P, blocks, stream, spw, dev);
+        if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
+        return KVC_OK;
+    }
+    if (burst) {
+        err = launch_burst(P, nout, (int)(nseg / 2), stream, dev);
         if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }

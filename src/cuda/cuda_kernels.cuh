@@ -702,6 +702,9 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
 
 #if DPT == 2
 #include "cuda_ring.cuh"
+#if !FASTNUM
+#include "cuda_burst.cuh"
+#endif
 #endif
 
 /* what the host needs of this DPT */
