@@ -28,6 +28,11 @@
  * 64-dim slice), segments copied by TMA into per-warp shared-memory rings,
  * no workspace.
  *
+ * EXACT calls of 64-segment windows (C = 512) with more outputs than half
+ * the SMs take the burst kernel (cuda_burst.cuh): one output per CTA, the 8
+ * slices x 2 half windows on its 16 warps through the same TMA stages, no
+ * workspace.
+ *
  * Windows of one segment (C <= 8, or C <= 4 with overlap) go to a second
  * kernel, compress_small_kernel: a CTA takes K outputs (K sized for one full
  * wave), resolves all their checks and rows in parallel, then reduces and
@@ -356,8 +361,8 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
                                  ((nseg == 16 || nseg == 32 || (fastnum && nseg == 64)) &&
                                   nout * nseg >= 2LL * kvc_cuda_d2::kRingWarps * sm_count(dev)));
     /* the burst kernel (cuda_burst.cuh): EXACT 64-segment windows (C = 512,
-     * where it measured 4-8% faster than the chunked kernel) in calls of more
-     * outputs than half the SMs (fewer leave SMs idle: 32k tokens lost).  The
+     * where it measured faster than the chunked kernel, bench/NOTES.md,
+     * session 12) in calls of more outputs than half the SMs.  The
      * test hook KVC_CUDA_BURST=1 takes it for every EXACT window the ring could
      * reduce, so that the exact suites pin its bytes. */
     const int burst = !ring && ring_ok && !fastnum && nout > 0 &&
