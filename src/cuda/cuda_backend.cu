@@ -134,6 +134,15 @@ KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d1f)
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2)
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2f)
 
+/* Raise kernel k's dynamic shared-memory limit to `bytes`, once: *raised
+ * is its flag for the current device (a function attribute is set per device). */
+static cudaError_t raise_smem_once(void (*k)(const launch_params), int *raised, size_t bytes) {
+    if (*raised) return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess) *raised = 1;
+    return e;
+}
+
 /* Launch ring_kernel<spw> of namespace NS (cuda_ring.cuh) on device dev
  * (< 64, current); its shared-memory limit is raised once per kernel and device. */
 #define KVC_DEFINE_LAUNCH_RING(NS)                                                                        \
@@ -145,12 +154,8 @@ KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2f)
                                          : spw == 32 ? NS::ring_kernel<32>                                 \
                                                      : NS::ring_kernel<64>;                                \
         const int ki = spw == 8 ? 0 : spw == 16 ? 1 : spw == 32 ? 2 : 3;                                   \
-        if (!raised[dev][ki]) {                                                                            \
-            cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,           \
-                                                 (int)NS::kRingSmem);                                      \
-            if (e != cudaSuccess) return e;                                                                \
-            raised[dev][ki] = 1;                                                                           \
-        }                                                                                                  \
+        const cudaError_t e = raise_smem_once(k, &raised[dev][ki], NS::kRingSmem);                         \
+        if (e != cudaSuccess) return e;                                                                    \
         k<<<blocks, 512, NS::kRingSmem, s>>>(P);                                                           \
         return cudaGetLastError();                                                                         \
     }
@@ -167,11 +172,8 @@ static cudaError_t launch_burst(const launch_params &P, long long nout, int cs, 
                                      : cs == 16 ? NS::burst_kernel<16>
                                                 : NS::burst_kernel<32>;
     const int ki = cs == 4 ? 0 : cs == 8 ? 1 : cs == 16 ? 2 : 3;
-    if (!raised[dev][ki]) {
-        cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)NS::kBurstSmem);
-        if (e != cudaSuccess) return e;
-        raised[dev][ki] = 1;
-    }
+    const cudaError_t e = raise_smem_once(k, &raised[dev][ki], NS::kBurstSmem);
+    if (e != cudaSuccess) return e;
     k<<<(unsigned)nout, 512, NS::kBurstSmem, s>>>(P);
     return cudaGetLastError();
 }
@@ -365,7 +367,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
      * session 12) in calls of more outputs than half the SMs.  The
      * test hook KVC_CUDA_BURST=1 takes it for every EXACT window the ring could
      * reduce, so that the exact suites pin its bytes. */
-    const int burst = !ring && ring_ok && !fastnum && nout > 0 &&
+    const int burst = !ring && ring_ok && !fastnum &&
                       (kvc_test_hook("KVC_CUDA_BURST") || (nseg == 64 && 2 * nout > sm_count(dev)));
     if (ring || burst) {
         P.pl.nchunk = 1; /* no chunk states, no tickets */

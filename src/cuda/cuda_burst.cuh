@@ -18,7 +18,7 @@
  *   out     ring_out: the output as warp 0 resolved it
  *   xch     burst_x: c and the slices' bad-row marks
  *   marks   [16 warps] ring_mark: bad rows of the warp's per-row copies
- *   states  [8 slices][6][32 lanes]: the second halves' states (m, d, n x 2 dims)
+ *   states  [8 slices][32 lanes] stv: the second halves' states
  *   bars    [16 warps][2] stage mbarriers
  */
 #define BURST_WARPS 16
@@ -33,29 +33,7 @@ struct burst_x {
 };
 
 constexpr size_t kBurstSmem = (size_t)BURST_WARPS * 2 * BURST_STAGE * 4 + sizeof(ring_out) + sizeof(burst_x) +
-                              BURST_WARPS * sizeof(ring_mark) + 8 * 6 * 32 * 4 + BURST_WARPS * 2 * 8;
-
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-/* A chunk state to / from shared memory (6 floats per lane, lane-major). */
-__device__ __forceinline__ void burst_put(float *p, int lane, const stv &t) {
-    p[0 * 32 + lane] = t.m[0];
-    p[1 * 32 + lane] = t.m[1];
-    p[2 * 32 + lane] = t.d[0];
-    p[3 * 32 + lane] = t.d[1];
-    p[4 * 32 + lane] = t.n[0];
-    p[5 * 32 + lane] = t.n[1];
-}
-__device__ __forceinline__ stv burst_get(const float *p, int lane) {
-    stv t;
-    t.m[0] = p[0 * 32 + lane];
-    t.m[1] = p[1 * 32 + lane];
-    t.d[0] = p[2 * 32 + lane];
-    t.d[1] = p[3 * 32 + lane];
-    t.n[0] = p[4 * 32 + lane];
-    t.n[1] = p[5 * 32 + lane];
-    return t;
-}
-#endif
+                              BURST_WARPS * sizeof(ring_mark) + 8 * 32 * sizeof(stv) + BURST_WARPS * 2 * 8;
 
 /* CS: segments per half window (S = 2 CS). */
 template <int CS>
@@ -68,8 +46,8 @@ __global__ void __launch_bounds__(BURST_WARPS * 32, 1) burst_kernel(const __grid
     ring_out *d = reinterpret_cast<ring_out *>(stages + BURST_WARPS * 2 * BURST_STAGE);
     burst_x *X = reinterpret_cast<burst_x *>(d + 1);
     ring_mark *marks = reinterpret_cast<ring_mark *>(X + 1);
-    float *states = reinterpret_cast<float *>(marks + BURST_WARPS);
-    unsigned long long *bars = reinterpret_cast<unsigned long long *>(states + 8 * 6 * 32);
+    stv *states = reinterpret_cast<stv *>(marks + BURST_WARPS); /* [8 slices][32 lanes] */
+    unsigned long long *bars = reinterpret_cast<unsigned long long *>(states + 8 * 32);
 
     const long long o = blockIdx.x;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, sl = w >> 1, half = w & 1;
@@ -104,10 +82,10 @@ __global__ void __launch_bounds__(BURST_WARPS * 32, 1) burst_kernel(const __grid
     fin_in f; /* the finalisers' inputs, in flight during the merge */
     fin_load_weights(P, threadIdx.x, f);
     fin_load_cos_sin(P, d->pc, threadIdx.x, f);
-    if (half) burst_put(states + sl * 192, lane, T);
+    if (half) states[32 * sl + lane] = T;
     __syncthreads();
     if (!half) { /* the window's root: merge(first half, second half); c and the slice's bad-row mark */
-        st_merge(T, burst_get(states + sl * 192, lane));
+        st_merge(T, states[32 * sl + lane]);
         reinterpret_cast<float2 *>(X->c)[32 * sl + lane] = make_float2(KVC_DIV(T.n[0], T.d[0]), KVC_DIV(T.n[1], T.d[1]));
         if (lane == 0) {
             const ring_mark *m = marks[w].bad ? &marks[w] : &marks[w + 1];

@@ -95,24 +95,23 @@ __device__ __forceinline__ void ring_mbar_arrive(unsigned long long *bar) {
 }
 
 /* The leader's part: the group's next live output from o on (stride
- * `stride`), into d.  Invalid and padding outputs are recorded (if
- * `report`) and skipped;
+ * `stride`), into d.  Invalid and padding outputs are recorded and skipped;
  * d->o = -1 when there is none.  Each segment is resolved once here (one
  * division per lane), so that a copy needs no lookup. */
 __device__ __noinline__ void ring_next(const launch_params &P, long long o, long long stride, int spw, int lane,
-                                       ring_out *d, int report = 1) {
+                                       ring_out *d) {
     for (; o < P.a.num_outputs; o += stride) {
         kvc_out_info inf;
         const int chk = kvc_check_output(&P.a, o, &inf, 0);
         if (chk != KVC_CHECK_NONE) {
-            if (lane == 0 && report) {
+            if (lane == 0) {
                 record_error(P.status, chk, o, inf.value);
                 count(&P.status->outputs_invalid);
             }
             continue;
         }
         if (inf.slot < 0) {
-            if (lane == 0 && report) count(&P.status->outputs_padding);
+            if (lane == 0) count(&P.status->outputs_padding);
             continue;
         }
         const kvc_i32 *trow = P.a.block_table + inf.r * P.a.block_table_stride;
@@ -211,7 +210,7 @@ __device__ __forceinline__ void ring_fill(const launch_params &P, const ring_out
  * non-finite slot is rewritten whole two outputs later (stage b).  @return 1
  * if this slice saw a non-finite value. */
 __device__ __forceinline__ int ring_slice_slot(const launch_params &P, const float c[2], int sl, int lane,
-                                               const ring_xchg *X, const float w[2], const ring_out &d, float csc,
+                                               const ring_xchg *X, const float *wts, const ring_out &d, float csc,
                                                float css) {
     const kvc_args &a = P.a;
     int bad = kvc_nonfinite(c[0]) | kvc_nonfinite(c[1]);
@@ -221,7 +220,7 @@ __device__ __forceinline__ int ring_slice_slot(const launch_params &P, const flo
     float y[2];
 #pragma unroll
     for (int t = 0; t < 2; t++) {
-        y[t] = kvc_rms_apply(c[t], rr, w[t]);
+        y[t] = kvc_rms_apply(c[t], rr, wts[64 * sl + 2 * lane + t]);
         bad |= kvc_nonfinite(y[t]);
     }
     uint8_t *payload = a.kv_cache + d.po, *scales = a.kv_cache + d.so;
@@ -303,15 +302,6 @@ __device__ __forceinline__ void ring_count(stv *L, stv S, int j, stv &T) {
     if (carry) T = S;
 }
 
-/* A slice's RMS partial sum of its 64 c values (2 per lane): the canonical
- * pairwise tree over the slice's dims (a + b == b + a). */
-__device__ __forceinline__ float ring_slice_ss(const float c[2]) {
-    float ss = KVC_ADD(KVC_MUL(c[0], c[0]), KVC_MUL(c[1], c[1]));
-#pragma unroll
-    for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(0xffffffffu, ss, k));
-    return ss;
-}
-
 #endif /* sm_90 */
 
 constexpr int kRingWarps = RING_WARPS;
@@ -381,7 +371,7 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
         for (int k = 7; k >= 0; k--)
             if (X->rowbad[k]) rb = k;
         int bad = 0;
-        if (rb < 0) bad = ring_slice_slot(P, cp, sl, lane, X, wts + 64 * sl + 2 * lane, d, cscp, cssp);
+        if (rb < 0) bad = ring_slice_slot(P, cp, sl, lane, X, wts, d, cscp, cssp);
         else if (sl == (m & 7) && lane == 0) {
             record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, d.o, X->rowbad_g[rb]);
             count(&P.status->outputs_invalid);
@@ -465,7 +455,9 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
             cp[1] = KVC_DIV(T.n[1], T.d[1]);
             cscp = csc;
             cssp = css;
-            const float ss = ring_slice_ss(cp);
+            float ss = KVC_ADD(KVC_MUL(cp[0], cp[0]), KVC_MUL(cp[1], cp[1]));
+#pragma unroll
+            for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(0xffffffffu, ss, k)); /* a+b == b+a */
             ring_xchg *X = xch + g * 2 + (seq & 1);
             if (lane == 0) {
                 ring_mark *k = &mk[seq & 1];
