@@ -1,0 +1,325 @@
+// bound_probe.cu -- how close to the read floor can any kernel come that must
+// first follow kvcompress's index chain?  (issue 16; not part of the library)
+//
+// A call cannot ask for a state byte before it knows where the byte is:
+// boundary index -> (request, position) of that token -> block-table entry ->
+// rows.  This probe times kernels that do exactly that and then only read
+// the window rows (no arithmetic: the rows are summed), against the bare
+// read of SPEC 6 (tools/read_floor.cuh) of the same bytes, same flush, same
+// loop.  The cheapest chained variant of a case is a lower bound, for these
+// read methods, on any implementation of it, exact or not.
+//
+// Variants (block size 8: one page per 8-row segment; K segments per item):
+//   T<chain>/K : per-warp TMA ring (the library's ring kernel's data path):
+//                a warp streams (output, 64-dim slice, K-segment chunk)
+//                items, 16 lanes x one 256-byte cp.async.bulk per segment
+//                into 2 stages of 4 KiB, the next item's chain one level per
+//                segment; 16 warps per SM.
+//   L<chain>/K : one 256-thread CTA per (output, K-segment chunk), every
+//                16-byte load of the chunk issued at once (K x 8 per thread),
+//                as many CTAs per SM as fit (the engines' structure).
+//   B<chain>/K : one warp per (output, K-segment chunk): K bulk copies of
+//                whole 32 KiB pages into shared memory, then the wait (the
+//                fewest instructions any read can take).
+//   chain 0: the pages are computed (no index loads): the read method alone;
+//   chain 3: the library's three dependent index loads first.
+// Build: nvcc -O3 -arch=sm_90a -std=c++17 bench/probe/bound_probe.cu -o bound_probe
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <vector>
+#include <cuda_runtime.h>
+
+#include "../../tools/read_floor.cuh"
+
+#define CK(x)                                                                                       \
+    do {                                                                                            \
+        cudaError_t e_ = (x);                                                                       \
+        if (e_ != cudaSuccess) {                                                                    \
+            printf("CUDA %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);               \
+            return 1;                                                                               \
+        }                                                                                           \
+    } while (0)
+
+struct Prob {
+    const float *sc;         // [pages][8 rows][1024]: 512 values, 512 scores
+    const int *table;        // [reqs][tstride] page ids
+    const long long *bidx;   // [nout] boundary token of each output
+    const int *t2r;          // [tokens] request of each token
+    const long long *pos;    // [tokens] position of each token
+    int tstride, C, S, K;    // window C rows = S segments; K segments per item
+    int nout;
+    float *out;              // one float per (item, lane): keeps the loads
+};
+
+__device__ __forceinline__ unsigned su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void issue(const Prob &P, float *stg, unsigned long long *bar, int s, int page, int sl,
+                                      int l) {
+    if (l == 0)
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(su32(bar + s)), "r"(4096)
+                     : "memory");
+    __syncwarp();
+    if (l < 16) {
+        const int i = l & 7, kind = l >> 3;
+        const float *src = P.sc + (size_t)page * 8192 + i * 1024 + kind * 512 + sl * 64;
+        float *dst = stg + s * 1024 + kind * 512 + i * 64;
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 256, [%2];" ::"r"(su32(dst)),
+            "l"(src), "r"(su32(bar + s))
+            : "memory");
+    }
+}
+
+/* The next item's chain, one level per call (lvl 0..2); chain 0: one step. */
+template <int CHAIN>
+struct chain_state {
+    int lvl, o, ch;
+    long long b, p;
+    int r, pg0, pg1; /* lane l: the pages of segments l and 32 + l of the item */
+    __device__ __forceinline__ void start(int o_, int ch_) { lvl = 0, o = o_, ch = ch_; }
+    __device__ __forceinline__ bool done() const { return lvl >= (CHAIN ? 3 : 1); }
+    __device__ __forceinline__ void step(const Prob &P, int l) {
+        if (done()) return;
+        if (!CHAIN) {
+            pg0 = o * P.S + ch * P.K + l;
+            pg1 = pg0 + 32;
+        } else if (lvl == 0) b = __ldg(P.bidx + o);
+        else if (lvl == 1) r = __ldg(P.t2r + b), p = __ldg(P.pos + b);
+        else {
+            const int *row = P.table + (size_t)r * P.tstride + (p - P.C + 1) / 8 + ch * P.K;
+            pg0 = l < P.K ? __ldg(row + l) : 0;
+            pg1 = l + 32 < P.K ? __ldg(row + 32 + l) : 0;
+        }
+        lvl++;
+    }
+};
+
+template <int CHAIN, int WARPS>
+__global__ __launch_bounds__(WARPS * 32, 1) void ring(Prob P) {
+    constexpr int NS = 2;
+    extern __shared__ __align__(128) unsigned char sm[];
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    float *stg = (float *)sm + w * NS * 1024;
+    unsigned long long *bar = (unsigned long long *)(sm + WARPS * NS * 4096) + w * NS;
+    if (l == 0)
+        for (int s = 0; s < NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(bar + s)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncwarp();
+    const int nch = P.S / P.K, nitems = P.nout * nch * 8, TW = gridDim.x * WARPS;
+    int it = w * gridDim.x + blockIdx.x;
+    if (it >= nitems) return;
+    chain_state<CHAIN> cs;
+    cs.start(it / (8 * nch), (it / 8) % nch);
+    while (!cs.done()) cs.step(P, l);
+    int pg0 = cs.pg0, pg1 = cs.pg1, sl = it & 7;
+    auto page = [&](int a0, int a1, int j) { return j < 32 ? __shfl_sync(~0u, a0, j) : __shfl_sync(~0u, a1, j - 32); };
+    unsigned q = 0;
+    for (int s = 0; s < NS; s++) issue(P, stg, bar, s, page(pg0, pg1, s), sl, l); /* K >= NS */
+    for (;;) {
+        const int itn = it + TW;
+        const bool hasn = itn < nitems;
+        const int sln = itn & 7;
+        if (hasn) cs.start(itn / (8 * nch), (itn / 8) % nch);
+        float acc = 0.f;
+        for (int j = 0; j < P.K; j++) {
+            if (hasn) cs.step(P, l);
+            const int s = (int)(q % NS);
+            const unsigned ph = (q / NS) & 1u;
+            asm volatile("{\n .reg .pred P1;\n W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n @!P1 bra W_%=;\n}" ::"r"(
+                             su32(bar + s)),
+                         "r"(ph)
+                         : "memory");
+            const float2 *sv = (const float2 *)(stg + s * 1024);
+            float2 v[8], c[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = sv[i * 32 + l], c[i] = sv[256 + i * 32 + l];
+            __syncwarp();
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            q++;
+            const int jj = j + NS;
+            if (jj < P.K) issue(P, stg, bar, s, page(pg0, pg1, jj), sl, l);
+            else if (hasn) { /* into the next item: its chain must be done now */
+                while (!cs.done()) cs.step(P, l);
+                issue(P, stg, bar, s, page(cs.pg0, cs.pg1, jj - P.K), sln, l);
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++) acc += v[i].x + v[i].y + c[i].x + c[i].y;
+        }
+        if (acc == 1234.5f) P.out[(size_t)it * 32 + l] = acc;
+        if (!hasn) break;
+        it = itn, sl = sln, pg0 = cs.pg0, pg1 = cs.pg1;
+    }
+}
+
+/* One CTA per (output, chunk of K segments): every load first. */
+template <int CHAIN, int K>
+__global__ __launch_bounds__(256) void ldg(Prob P) {
+    const int nch = P.S / K, o = blockIdx.x / nch, ch = blockIdx.x % nch, t = threadIdx.x;
+    int pg[K];
+    if (CHAIN) {
+        const long long b = __ldg(P.bidx + o);
+        const int r = __ldg(P.t2r + b);
+        const long long p = __ldg(P.pos + b);
+        const int *row = P.table + (size_t)r * P.tstride + (p - P.C + 1) / 8 + ch * K;
+#pragma unroll
+        for (int j = 0; j < K; j++) pg[j] = __ldg(row + j);
+    } else {
+#pragma unroll
+        for (int j = 0; j < K; j++) pg[j] = o * P.S + ch * K + j;
+    }
+    float4 v[K * 8];
+#pragma unroll
+    for (int j = 0; j < K; j++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) { /* volatile: every load issued before the first add */
+            const float4 *a = (const float4 *)(P.sc + (size_t)pg[j] * 8192) + i * 256 + t;
+            float4 &x = v[j * 8 + i];
+            asm volatile("ld.global.cs.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w) : "l"(a));
+        }
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < K * 8; i++) acc += v[i].x + v[i].y + v[i].z + v[i].w;
+    if (acc == 1234.5f) P.out[(size_t)blockIdx.x * 256 + t] = acc;
+}
+
+/* One warp per (output, chunk of K segments): K whole-page bulk copies
+ * (32 KiB each) into shared memory, then the wait; as many per SM as fit. */
+template <int CHAIN, int K>
+__global__ __launch_bounds__(32) void bulk(Prob P) {
+    extern __shared__ __align__(128) unsigned char sm[];
+    __shared__ unsigned long long bar;
+    const int nch = P.S / K, o = blockIdx.x / nch, ch = blockIdx.x % nch, l = threadIdx.x;
+    if (l == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(&bar)));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(su32(&bar)), "r"(K * 32768)
+                     : "memory");
+    }
+    __syncwarp();
+    if (l < K) {
+        int pg;
+        if (CHAIN) {
+            const long long b = __ldg(P.bidx + o);
+            const int r = __ldg(P.t2r + b);
+            const long long p = __ldg(P.pos + b);
+            pg = __ldg(P.table + (size_t)r * P.tstride + (p - P.C + 1) / 8 + ch * K + l);
+        } else pg = o * P.S + ch * K + l;
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 32768, [%2];" ::"r"(
+                su32(sm + l * 32768)),
+            "l"(P.sc + (size_t)pg * 8192), "r"(su32(&bar))
+            : "memory");
+    }
+    asm volatile("{\n .reg .pred P1;\n W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], 0;\n @!P1 bra W_%=;\n}" ::"r"(
+                     su32(&bar))
+                 : "memory");
+    const float x = ((const float *)sm)[l * 1024 + ch];
+    if (x == 1234.5f) P.out[(size_t)blockIdx.x * 32 + l] = x;
+}
+
+template <int CHAIN, int K>
+static void launch_bulk(const Prob &P) {
+    static bool set;
+    if (!set) cudaFuncSetAttribute(bulk<CHAIN, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, K * 32768), set = true;
+    bulk<CHAIN, K><<<P.nout * (P.S / K), 32, K * 32768>>>(P);
+}
+
+static char *g_flush;
+static size_t g_fl;
+template <class F>
+static double time_us(F launch, cudaEvent_t e0, cudaEvent_t e1, int rep = 50) {
+    std::vector<float> t;
+    for (int i = -3; i < rep; i++) {
+        cudaMemsetAsync(g_flush, i & 0xFF, g_fl);
+        cudaEventRecord(e0);
+        launch();
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float ms;
+        cudaEventElapsedTime(&ms, e0, e1);
+        if (i >= 0) t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2] * 1e3;
+}
+
+template <int CHAIN>
+static void launch_ring(const Prob &P, int sms) {
+    constexpr int WARPS = 16;
+    const int smem = WARPS * 2 * 4096 + WARPS * 2 * 8;
+    static bool set;
+    if (!set) cudaFuncSetAttribute(ring<CHAIN, WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), set = true;
+    ring<CHAIN, WARPS><<<sms, WARPS * 32, smem>>>(P);
+}
+
+int main() {
+    int sms = 132, l2 = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0);
+    g_fl = (size_t)l2 * 4;
+    CK(cudaMalloc(&g_flush, g_fl));
+    const int max_tokens = 131072, total_pages = max_tokens / 8;
+    float *sc, *out, *sink;
+    CK(cudaMalloc(&sc, (size_t)total_pages * 8192 * 4));
+    CK(cudaMemset(sc, 0, (size_t)total_pages * 8192 * 4));
+    CK(cudaMalloc(&out, (size_t)max_tokens * 512 * 4));
+    CK(cudaMalloc(&sink, 4));
+    int *dtab, *dt2r;
+    long long *dbidx, *dpos;
+    CK(cudaMalloc(&dtab, total_pages * 4));
+    CK(cudaMalloc(&dt2r, max_tokens * 4));
+    CK(cudaMalloc(&dpos, max_tokens * 8));
+    CK(cudaMalloc(&dbidx, max_tokens * 8));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::mt19937 rng(7);
+    struct Case { int reqs, tokens; } cases[] = {{1, 8192}, {4, 32768}, {8, 65536}, {8, 131072}};
+    printf("x_floor of each variant (T = TMA ring, L = all loads first; chain levels; K segments per item)\n");
+    printf("%-7s %-7s %4s %9s |\n", "tokens", "layout", "C", "floor_us");
+    for (int layout = 0; layout < 2; layout++)
+        for (int C : {128, 512})
+            for (auto cs : cases) {
+                const int per_req = cs.tokens / cs.reqs, ppr = per_req / 8, nout = cs.tokens / C, S = C / 8;
+                std::vector<int> tab(cs.reqs * ppr), t2r(cs.tokens);
+                std::vector<long long> pos(cs.tokens), bidx(nout);
+                for (int i = 0; i < (int)tab.size(); i++) tab[i] = i;
+                if (layout) std::shuffle(tab.begin(), tab.end(), rng);
+                for (int b = 0; b < cs.tokens; b++) t2r[b] = b / per_req, pos[b] = b % per_req;
+                for (int o = 0; o < nout; o++) bidx[o] = (long long)o * C + C - 1;
+                CK(cudaMemcpy(dtab, tab.data(), tab.size() * 4, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(dt2r, t2r.data(), cs.tokens * 4, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(dpos, pos.data(), cs.tokens * 8, cudaMemcpyHostToDevice));
+                CK(cudaMemcpy(dbidx, bidx.data(), nout * 8, cudaMemcpyHostToDevice));
+                const size_t bytes = (size_t)nout * C * 4096;
+                const double fl =
+                    time_us([&] { read_kernel<<<sms * 8, 512>>>((const float4 *)sc, bytes / 16, sink); }, e0, e1);
+                printf("%-7d %-7s %4d %9.1f |", cs.tokens, layout ? "shuffle" : "contig", C, fl);
+                Prob P{sc, dtab, dbidx, dt2r, dpos, ppr, C, S, 0, nout, out};
+                auto run = [&](const char *name, int K, auto fn) {
+                    P.K = K;
+                    const double t = time_us(fn, e0, e1);
+                    printf(" %s/%d %.3f", name, K, t / fl);
+                };
+                for (int K : {S / 4, S / 2, S}) {
+                    if (K < 1) continue;
+                    run("T0", K, [&] { launch_ring<0>(P, sms); });
+                    run("T3", K, [&] { launch_ring<3>(P, sms); });
+                }
+                run("L0", 2, [&] { ldg<0, 2><<<nout * (S / 2), 256>>>(P); });
+                run("L3", 2, [&] { ldg<3, 2><<<nout * (S / 2), 256>>>(P); });
+                run("L0", 4, [&] { ldg<0, 4><<<nout * (S / 4), 256>>>(P); });
+                run("L3", 4, [&] { ldg<3, 4><<<nout * (S / 4), 256>>>(P); });
+                run("L3", 1, [&] { ldg<3, 1><<<nout * S, 256>>>(P); });
+                run("B0", 1, [&] { launch_bulk<0, 1>(P); });
+                run("B3", 1, [&] { launch_bulk<3, 1>(P); });
+                run("B0", 2, [&] { launch_bulk<0, 2>(P); });
+                run("B3", 2, [&] { launch_bulk<3, 2>(P); });
+                run("B3", 4, [&] { launch_bulk<3, 4>(P); });
+                printf("\n");
+                fflush(stdout);
+            }
+    printf("last error: %s\n", cudaGetErrorString(cudaGetLastError()));
+    return 0;
+}
