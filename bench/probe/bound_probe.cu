@@ -21,15 +21,19 @@
 //   B<chain>/K : one warp per (output, K-segment chunk): K bulk copies of
 //                whole 32 KiB pages into shared memory, then the wait (the
 //                fewest instructions any read can take).
+//   P<n|e><NS>/K: one 512-thread CTA per (output, K-segment chunk), NS
+//                whole-page stages; n: no arithmetic, e: SPEC 3's exact
+//                segment arithmetic on every dim (no tree: a running merge).
 //   chain 0: the pages are computed (no index loads): the read method alone;
 //   chain 3: the library's three dependent index loads first.
-// Build: nvcc -O3 -arch=sm_90a -std=c++17 bench/probe/bound_probe.cu -o bound_probe
+// Build: nvcc -O3 -arch=sm_90a -std=c++17 -fmad=false -Isrc/core bench/probe/bound_probe.cu -o bound_probe
 #include <algorithm>
 #include <cstdio>
 #include <random>
 #include <vector>
 #include <cuda_runtime.h>
 
+#include "kvc_canon.h"
 #include "../../tools/read_floor.cuh"
 
 #define CK(x)                                                                                       \
@@ -214,7 +218,7 @@ __global__ __launch_bounds__(32) void bulk(Prob P) {
     asm volatile("{\n .reg .pred P1;\n W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], 0;\n @!P1 bra W_%=;\n}" ::"r"(
                      su32(&bar))
                  : "memory");
-    const float x = ((const float *)sm)[l * 1024 + ch];
+    const float x = ((const float *)sm)[l * 64 + ch];
     if (x == 1234.5f) P.out[(size_t)blockIdx.x * 32 + l] = x;
 }
 
@@ -223,6 +227,86 @@ static void launch_bulk(const Prob &P) {
     static bool set;
     if (!set) cudaFuncSetAttribute(bulk<CHAIN, K>, cudaFuncAttributeMaxDynamicSharedMemorySize, K * 32768), set = true;
     bulk<CHAIN, K><<<P.nout * (P.S / K), 32, K * 32768>>>(P);
+}
+
+/* One 512-thread CTA per (output, CH-segment chunk): NS stages of one whole
+ * page (32 KiB) each, all issued at once after the chain and refilled as the
+ * 16 warps finish a page; thread t reduces dim t of each page (MODE 1: the
+ * exact SPEC 3 segment step and a running kvc_merge; MODE 0: a sum). */
+template <int MODE, int NS>
+__global__ __launch_bounds__(512, 1) void pages(Prob P) {
+    extern __shared__ __align__(128) unsigned char sm[];
+    __shared__ unsigned long long bar[NS];
+    __shared__ int pg[64];
+    const int CH = P.K, nch = P.S / CH, o = blockIdx.x / nch, ch = blockIdx.x % nch, t = threadIdx.x;
+    if (t < 32) {
+        const long long b = __ldg(P.bidx + o);
+        const int r = __ldg(P.t2r + b);
+        const long long p = __ldg(P.pos + b);
+        const int *row = P.table + (size_t)r * P.tstride + (p - P.C + 1) / 8 + ch * CH;
+        for (int j = t; j < CH; j += 32) pg[j] = __ldg(row + j);
+        __syncwarp();
+        if (t == 0) {
+            for (int s = 0; s < NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(bar + s)));
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+            for (int s = 0; s < NS && s < CH; s++) {
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(su32(bar + s)), "r"(32768)
+                             : "memory");
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 32768, [%2];" ::"r"(
+                                 su32(sm + s * 32768)),
+                             "l"(P.sc + (size_t)pg[s] * 8192), "r"(su32(bar + s))
+                             : "memory");
+            }
+        }
+    }
+    __syncthreads();
+    float M = 0.f, D = 0.f, N = 0.f;
+    for (int j = 0; j < CH; j++) {
+        const int s = j % NS;
+        const unsigned ph = (j / NS) & 1u;
+        asm volatile("{\n .reg .pred P1;\n W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n @!P1 bra W_%=;\n}" ::"r"(
+                         su32(bar + s)),
+                     "r"(ph)
+                     : "memory");
+        const float *st = (const float *)(sm + s * 32768);
+        float v[8], c[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = st[i * 1024 + t], c[i] = st[i * 1024 + 512 + t];
+        __syncthreads(); /* every warp has read stage s */
+        if (t == 0 && j + NS < CH) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(su32(bar + s)), "r"(32768)
+                         : "memory");
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 32768, [%2];" ::"r"(
+                             su32(sm + s * 32768)),
+                         "l"(P.sc + (size_t)pg[j + NS] * 8192), "r"(su32(bar + s))
+                         : "memory");
+        }
+        if (MODE == 0) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) N += v[i] + c[i];
+        } else {
+            float m = c[0];
+#pragma unroll
+            for (int i = 1; i < 8; i++) m = kvc_max(m, c[i]);
+            float d = 0.f, n = 0.f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) kvc_seg_step(m, c[i], v[i], &d, &n);
+            kvc_seg_close(m, &d, &n);
+            if (j == 0) M = m, D = d, N = n;
+            else kvc_merge(&M, &D, &N, m, d, n);
+        }
+    }
+    const float x = MODE ? KVC_DIV(N, D) : N + M;
+    if (x == 1234.5f) P.out[(size_t)blockIdx.x * 512 + t] = x;
+}
+
+template <int MODE, int NS>
+static void launch_pages(const Prob &P) {
+    static bool set;
+    if (!set)
+        cudaFuncSetAttribute(pages<MODE, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, NS * 32768), set = true;
+    pages<MODE, NS><<<P.nout * (P.S / P.K), 512, NS * 32768>>>(P);
 }
 
 static char *g_flush;
@@ -317,6 +401,13 @@ int main() {
                 run("B0", 2, [&] { launch_bulk<0, 2>(P); });
                 run("B3", 2, [&] { launch_bulk<3, 2>(P); });
                 run("B3", 4, [&] { launch_bulk<3, 4>(P); });
+                run("P3n6", 8, [&] { launch_pages<0, 6>(P); });
+                run("P3e6", 8, [&] { launch_pages<1, 6>(P); });
+                run("P3n3", 8, [&] { launch_pages<0, 3>(P); });
+                run("P3e3", 8, [&] { launch_pages<1, 3>(P); });
+                run("P3e3", 4, [&] { launch_pages<1, 3>(P); });
+                run("P3e2", 4, [&] { launch_pages<1, 2>(P); });
+                run("P3e3", 16, [&] { launch_pages<1, 3>(P); });
                 printf("\n");
                 fflush(stdout);
             }
