@@ -143,18 +143,6 @@ static cudaError_t raise_smem_once(void (*k)(const launch_params), int *raised, 
     return e;
 }
 
-/* Launch the main kernel's page path (cuda_pages.cuh, DPT 1, exact or FAST)
- * on device dev; its shared-memory limit is raised once per kernel and device. */
-static cudaError_t launch_pages(const launch_params &P, unsigned blocks, int fastnum, cudaStream_t s, int dev) {
-    static int raised[64][2];
-    void (*k)(const launch_params) = fastnum ? kvc_cuda_d1f::compress_kernel<0, true>
-                                             : kvc_cuda_d1::compress_kernel<0, true>;
-    const cudaError_t e = raise_smem_once(k, &raised[dev][fastnum], kvc_cuda_d1::kPageSmem);
-    if (e != cudaSuccess) return e;
-    k<<<blocks, kvc_cuda_d1::kDG, kvc_cuda_d1::kPageSmem, s>>>(P);
-    return cudaGetLastError();
-}
-
 /* Launch ring_kernel<spw> of namespace NS (cuda_ring.cuh) on device dev
  * (< 64, current); its shared-memory limit is raised once per kernel and device. */
 #define KVC_DEFINE_LAUNCH_RING(NS)                                                                        \
@@ -367,21 +355,9 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
      * KVC_CUDA_RING=1 takes it for every window it can reduce, so that the
      * exact suites pin its bytes. */
     const long long nseg = P.pl.nseg;
-    /* full segments without overlap, 16-byte rows, sm_90: what the TMA
-     * paths (page path, ring and burst kernels) need */
-    const int staged = sm_major(dev) >= 9 && a->overlap == KVC_OVERLAP_OFF && P.pl.rows % KVC_SEG == 0 &&
-                       (uintptr_t)a->state_cache % 16 == 0 && a->state_stride_block % 4 == 0 &&
-                       a->state_stride_token % 4 == 0;
-    /* the main kernel's page path (cuda_pages.cuh): windows of 8 to 64
-     * segments in chunks of KVC_CUDA_PAGE_CH.  The test hook
-     * KVC_CUDA_PAGES=1 takes it for every window it can reduce. */
-    const int paged = staged && nseg >= KVC_CUDA_PAGE_CH && nseg <= 64 && kvc_test_hook("KVC_CUDA_PAGES");
-    if (paged) {
-        P.pl.ch = KVC_CUDA_PAGE_CH;
-        P.pl.nchunk = kvc_chunk_count(nseg, P.pl.ch);
-        P.pl.groups = nout * P.pl.nchunk;
-    }
-    const int ring_ok = !paged && staged && nseg >= 8 && nseg <= 64 && (nseg & (nseg - 1)) == 0 &&
+    const int ring_ok = sm_major(dev) >= 9 && a->overlap == KVC_OVERLAP_OFF && P.pl.rows % KVC_SEG == 0 &&
+                        nseg >= 8 && nseg <= 64 && (nseg & (nseg - 1)) == 0 && (uintptr_t)a->state_cache % 16 == 0 &&
+                        a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0 &&
                         nout <= 0x7FFFFFFFLL - 2LL * sm_count(dev);
     const int ring = ring_ok && (kvc_test_hook("KVC_CUDA_RING") ||
                                  ((nseg == 16 || nseg == 32 || (fastnum && nseg == 64)) &&
@@ -404,7 +380,6 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
      * 256-thread lanes of 8: faster for the 8k and 131k-token cases). */
     const int full = P.pl.full && P.pl.nseg % ch == 0;
     const int dpt = P.pl.small_k ? 2 /* one-segment windows: ks (DPT 2) */
-                    : paged ? 1
                     : full && ch == 16 && P.pl.groups <= 2LL * KVC_CUDA_MINB * sm_count(dev) ? 1 : 2;
     const int max_lanes = dpt == 1 ? kvc_cuda_d1::kMaxLanes : kvc_cuda_d2::kMaxLanes;
     const int tree_max = dpt == 1 ? kvc_cuda_d1::kTreeMax : kvc_cuda_d2::kTreeMax;
@@ -486,11 +461,6 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         if (fastnum) kvc_cuda_d2f::compress_small_kernel<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
         else ks::compress_small_kernel<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
-        return KVC_OK;
-    }
-    if (paged) {
-        if ((err = launch_pages(P, (unsigned)blocks, fastnum, stream, dev)) != cudaSuccess)
-            return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
     size_t smem = (size_t)(L * 3 * 512) * sizeof(float); /* lane states; >= 512 + 8 floats for the finaliser */

@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(BURST_WARPS * 32, 1) burst_kernel(const __grid
     const long long o = blockIdx.x;
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, sl = w >> 1, half = w & 1;
     unsigned long long *bar = bars + 2 * w;
-    if (lane < 2) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mbar_su32(bar + lane)));
+    if (lane < 2) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ring_su32(bar + lane)));
     if (lane == 0) marks[w].bad = 0;
     if (w == 0) ring_next(P, o, P.a.num_outputs, 2 * CS, lane, d);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(BURST_WARPS * 32, 1) burst_kernel(const __grid
     for (int j = 0; j < CS; j++) {
         const int s = j & 1;
         float *st = stg + s * BURST_STAGE;
-        mbar_wait(bar + s, (unsigned)(j >> 1) & 1u);
+        ring_wait(bar + s, (unsigned)(j >> 1) & 1u);
         float2 v[KVC_SEG], sc[KVC_SEG];
         ring_read(st, lane, v, sc);
         __syncwarp();

@@ -20,8 +20,6 @@
 #define BAD_BIT 0x80000000u
 #define TREE_MAX (DPT == 1 ? 16 : 8) /* chunk states one thread merges at once  */
 
-#include "cuda_mbar.cuh"
-
 struct stv {
     float m[DPT], d[DPT], n[DPT];
 };
@@ -249,8 +247,6 @@ __device__ __forceinline__ stv subtree(const launch_params &P, const row_table *
         return A;
     }
 }
-
-#include "cuda_pages.cuh"
 
 /* KF > 0: the launch guarantees that every chunk is kk = KF full segments on
  * the fast path (compress_kernel<KF>): only that body is compiled. */
@@ -482,14 +478,11 @@ __device__ void finish(const launch_params &P, const kvc_out_info &inf, const st
     if (q == 0 && bad) count(&P.status->outputs_nonfinite);
 }
 
-/* PAGED: the page path (cuda_pages.cuh; KF unused, one lane); smem then holds
- * its stages after the states. */
-template <int KF, bool PAGED = false>
+template <int KF>
 __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(const launch_params P) {
-    extern __shared__ __align__(128) float smem[]; /* [MAX_LANES][3][512] states; finaliser scratch; [PAGE_NS] stages */
+    extern __shared__ float smem[]; /* [MAX_LANES][3][512] states; finaliser scratch */
     __shared__ row_table rt;
     __shared__ unsigned ticket;
-    __shared__ unsigned long long pbars[PAGE_NS]; /* PAGED: the stages' mbarriers */
     const int tid = threadIdx.x, q = tid % DG, lane = tid / DG;
     const long long o = blockIdx.x / P.pl.nchunk, j = blockIdx.x % P.pl.nchunk;
 
@@ -511,10 +504,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     const int active = (int)(csize < P.lanes ? csize : P.lanes); /* lanes with work */
     const long long kk = csize / active;                        /* segments per lane */
 
-    if (tid == 0) {
-        rt.bad = 0;
-        if (PAGED) page_init(pbars);
-    }
+    if (tid == 0) rt.bad = 0;
     __syncthreads();
     const long long r0 = cstart * KVC_SEG;
     const long long rend = (cstart + csize) * KVC_SEG < P.pl.rows ? (cstart + csize) * KVC_SEG : P.pl.rows;
@@ -524,9 +514,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     if (bad_rows && tid == 0) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, rt.bad_g);
 
     stv st;
-    if (!bad_rows && PAGED) {
-        st = page_chunk(P, &rt, smem + PAGE_STAGE_OFF, pbars, (int)csize, q);
-    } else if (!bad_rows) {
+    if (!bad_rows) {
         if (lane < active) st = subtree_rt<KF>(P, &rt, r0, cstart + lane * kk, kk, q);
         merge_lanes(st, lane, active, q, smem);
     }
@@ -721,9 +709,6 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
 
 /* what the host needs of this DPT */
 constexpr int kDG = DG, kMaxLanes = MAX_LANES, kTreeMax = TREE_MAX;
-#undef PAGE_NS
-#undef PAGE_FLOATS
-#undef PAGE_STAGE_OFF
 #if DPT == 2
 constexpr int kSmallK = SMALL_K, kSmallMinb = SMALL_MINB;
 #undef SMALL_MINB

@@ -65,11 +65,24 @@ struct ring_xchg {
 };
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900 /* bulk copies and mbarrier waits: sm_90 */
+__device__ __forceinline__ unsigned ring_su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void ring_wait(unsigned long long *bar, unsigned parity) {
+    asm volatile("{\n\t.reg .pred P1;\n\tW_%=:\n\tmbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+                 "@!P1 bra W_%=;\n\t}" ::"r"(ring_su32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+/* Lane 0: an arrival on stage barrier bar that expects `bytes` of copies. */
+__device__ __forceinline__ void ring_expect(unsigned long long *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(ring_su32(bar)), "r"(bytes)
+                 : "memory");
+}
 /* One 256-byte half-row slice into the stage (row i, half h: 0 values, 1 scores). */
 __device__ __forceinline__ void ring_copy_row(float *st, unsigned long long *bar, const float *src, int i, int h) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 256, [%2];" ::"r"(
-                     mbar_su32(st + i * 128 + h * 64)),
-                 "l"(src), "r"(mbar_su32(bar))
+                     ring_su32(st + i * 128 + h * 64)),
+                 "l"(src), "r"(ring_su32(bar))
                  : "memory");
 }
 
@@ -78,7 +91,7 @@ __device__ __forceinline__ void ring_copy_row(float *st, unsigned long long *bar
  * the waiters' accesses after it (a barrier of a group's 8 warps counts 256
  * arrivals, of one warp 32). */
 __device__ __forceinline__ void ring_mbar_arrive(unsigned long long *bar) {
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(mbar_su32(bar)) : "memory");
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(ring_su32(bar)) : "memory");
 }
 
 /* The leader's part: the group's next live output from o on (stride
@@ -155,7 +168,7 @@ __device__ __forceinline__ void ring_fill_rows(const launch_params &P, const rin
         }
     }
     const long long o8 = __shfl_sync(0xffffffffu, off, lane & 7);
-    if (lane == 0) mbar_expect(bar, __popc(ok) * 512u);
+    if (lane == 0) ring_expect(bar, __popc(ok) * 512u);
     __syncwarp();
     const int i = lane & 7, h = lane >> 3;
     if (lane < 2 * KVC_SEG && ((ok >> i) & 1u)) ring_copy_row(st, bar, P.a.state_cache + o8 + h * 512 + sl * 64, i, h);
@@ -167,15 +180,15 @@ __device__ __forceinline__ void ring_fill(const launch_params &P, const ring_out
     const int2 e = d->seg[j];
     if (e.x >= 0 && P.tiles) { /* one tensor copy: x = 64 sl, both halves, rows e.y .. e.y + 7 of block e.x */
         if (lane == 0) {
-            mbar_expect(bar, 4096u);
+            ring_expect(bar, 4096u);
             asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                         " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];" ::"r"(mbar_su32(st)),
+                         " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];" ::"r"(ring_su32(st)),
                          "l"(reinterpret_cast<unsigned long long>(&P.tmap)), "r"(0), "r"(sl), "r"(0), "r"(e.y),
-                         "r"(e.x), "r"(mbar_su32(bar))
+                         "r"(e.x), "r"(ring_su32(bar))
                          : "memory");
         }
     } else if (e.x >= 0) { /* one block, 16 row copies */
-        if (lane == 0) mbar_expect(bar, 4096u);
+        if (lane == 0) ring_expect(bar, 4096u);
         __syncwarp();
         const int i = lane & 7, h = lane >> 3;
         if (lane < 2 * KVC_SEG)
@@ -184,7 +197,7 @@ __device__ __forceinline__ void ring_fill(const launch_params &P, const ring_out
                               h * 512 + sl * 64,
                           i, h);
     } else if (e.x == RING_SEG_BAD) { /* the output is marked bad: nothing to copy */
-        if (lane == 0) mbar_expect(bar, 0u);
+        if (lane == 0) ring_expect(bar, 0u);
     } else {
         ring_fill_rows(P, d, j, st, bar, sl, lane, mk);
     }
@@ -320,9 +333,9 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
     float *stg = stages + w * RING_NS * RING_STAGE;
     unsigned long long *bar = bars + w * RING_NS;
     if (lane == 0)
-        for (int s = 0; s < RING_NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(mbar_su32(bar + s)));
+        for (int s = 0; s < RING_NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ring_su32(bar + s)));
     if (threadIdx.x < 12) /* A and B: the 8 slice warps arrive; D: the leader warp */
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(mbar_su32(gbar + threadIdx.x)),
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(ring_su32(gbar + threadIdx.x)),
                      "r"(threadIdx.x % 6 < 4 ? 8 * 32 : 32));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     __syncthreads();
@@ -332,7 +345,7 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
         ring_next(P, (long long)g * gridDim.x + blockIdx.x, TG, SPW, lane, &go[0]);
         ring_mbar_arrive(barD);
     }
-    mbar_wait(barD, 0);
+    ring_wait(barD, 0);
     if (go[0].o < 0) return;
 
     ring_mark *mk = marks + 2 * w; /* the warp's bad-row marks, by output parity */
@@ -352,7 +365,7 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
     auto stage_a = [&](int m) {
         const ring_out &d = go[m & 3];
         ring_xchg *X = xch + g * 2 + (m & 1);
-        mbar_wait(barA + (m & 1), (unsigned)(m >> 1) & 1u);
+        ring_wait(barA + (m & 1), (unsigned)(m >> 1) & 1u);
         int rb = -1;
 #pragma unroll
         for (int k = 7; k >= 0; k--)
@@ -370,7 +383,7 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
         if (sl != (m & 7)) return;
         const ring_out &d = go[m & 3];
         const ring_xchg *X = xch + g * 2 + (m & 1);
-        mbar_wait(barB + (m & 1), (unsigned)(m >> 1) & 1u);
+        ring_wait(barB + (m & 1), (unsigned)(m >> 1) & 1u);
         int ball = 0;
 #pragma unroll
         for (int k = 0; k < 8; k++) ball |= X->ybad[k];
@@ -414,7 +427,7 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
             }
             const int s = (int)(q % RING_NS);
             float *st = stg + s * RING_STAGE;
-            mbar_wait(bar + s, (q / RING_NS) & 1u);
+            ring_wait(bar + s, (q / RING_NS) & 1u);
             /* segment q into registers, the stage refilled with segment
              * q + RING_NS, then the arithmetic */
             float2 v[KVC_SEG], sc[KVC_SEG];
@@ -426,7 +439,7 @@ __global__ void __launch_bounds__(RING_WARPS * 32, 1) ring_kernel(const __grid_c
                 ring_fill(P, dc, jj, st, bar + s, sl, lane, &mk[seq & 1]);
             } else {
                 if (jj == SPW) { /* the next output, once the leader has resolved it */
-                    mbar_wait(barD + ((seq + 1) & 1), (unsigned)((seq + 1) >> 1) & 1u);
+                    ring_wait(barD + ((seq + 1) & 1), (unsigned)((seq + 1) >> 1) & 1u);
                     has_next = dn->o >= 0;
                 }
                 if (has_next) ring_fill(P, dn, jj - SPW, st, bar + s, sl, lane, &mk[(seq + 1) & 1]);

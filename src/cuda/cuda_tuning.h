@@ -25,9 +25,5 @@
 
 /* ring kernel: shared-memory stages per warp (16 warps, one CTA per SM; 3 was slower) */
 #define KVC_CUDA_RING_STAGES 2
-/* page path of the main kernel: whole-segment stages per CTA (104 KiB at 3: two CTAs per SM) */
-#define KVC_CUDA_PAGE_STAGES 3
-/* page path: segments per chunk */
-#define KVC_CUDA_PAGE_CH 8
 
 #endif
