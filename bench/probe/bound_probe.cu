@@ -35,15 +35,8 @@
 
 #include "kvc_canon.h"
 #include "../../tools/read_floor.cuh"
+#include "probe_common.cuh"
 
-#define CK(x)                                                                                       \
-    do {                                                                                            \
-        cudaError_t e_ = (x);                                                                       \
-        if (e_ != cudaSuccess) {                                                                    \
-            printf("CUDA %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);               \
-            return 1;                                                                               \
-        }                                                                                           \
-    } while (0)
 
 struct Prob {
     const float *sc;         // [pages][8 rows][1024]: 512 values, 512 scores
@@ -56,24 +49,7 @@ struct Prob {
     float *out;              // one float per (item, lane): keeps the loads
 };
 
-__device__ __forceinline__ unsigned su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-__device__ __forceinline__ void issue(const Prob &P, float *stg, unsigned long long *bar, int s, int page, int sl,
-                                      int l) {
-    if (l == 0)
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(su32(bar + s)), "r"(4096)
-                     : "memory");
-    __syncwarp();
-    if (l < 16) {
-        const int i = l & 7, kind = l >> 3;
-        const float *src = P.sc + (size_t)page * 8192 + i * 1024 + kind * 512 + sl * 64;
-        float *dst = stg + s * 1024 + kind * 512 + i * 64;
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 256, [%2];" ::"r"(su32(dst)),
-            "l"(src), "r"(su32(bar + s))
-            : "memory");
-    }
-}
 
 /* The next item's chain, one level per call (lvl 0..2); chain 0: one step. */
 template <int CHAIN>
@@ -119,7 +95,7 @@ __global__ __launch_bounds__(WARPS * 32, 1) void ring(Prob P) {
     int pg0 = cs.pg0, pg1 = cs.pg1, sl = it & 7;
     auto page = [&](int a0, int a1, int j) { return j < 32 ? __shfl_sync(~0u, a0, j) : __shfl_sync(~0u, a1, j - 32); };
     unsigned q = 0;
-    for (int s = 0; s < NS; s++) issue(P, stg, bar, s, page(pg0, pg1, s), sl, l); /* K >= NS */
+    for (int s = 0; s < NS; s++) issue(P.sc, stg, bar, s, page(pg0, pg1, s), sl, l); /* K >= NS */
     for (;;) {
         const int itn = it + TW;
         const bool hasn = itn < nitems;
@@ -130,10 +106,7 @@ __global__ __launch_bounds__(WARPS * 32, 1) void ring(Prob P) {
             if (hasn) cs.step(P, l);
             const int s = (int)(q % NS);
             const unsigned ph = (q / NS) & 1u;
-            asm volatile("{\n .reg .pred P1;\n W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n @!P1 bra W_%=;\n}" ::"r"(
-                             su32(bar + s)),
-                         "r"(ph)
-                         : "memory");
+            probe_wait(bar + s, ph);
             const float2 *sv = (const float2 *)(stg + s * 1024);
             float2 v[8], c[8];
 #pragma unroll
@@ -142,10 +115,10 @@ __global__ __launch_bounds__(WARPS * 32, 1) void ring(Prob P) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             q++;
             const int jj = j + NS;
-            if (jj < P.K) issue(P, stg, bar, s, page(pg0, pg1, jj), sl, l);
+            if (jj < P.K) issue(P.sc, stg, bar, s, page(pg0, pg1, jj), sl, l);
             else if (hasn) { /* into the next item: its chain must be done now */
                 while (!cs.done()) cs.step(P, l);
-                issue(P, stg, bar, s, page(cs.pg0, cs.pg1, jj - P.K), sln, l);
+                issue(P.sc, stg, bar, s, page(cs.pg0, cs.pg1, jj - P.K), sln, l);
             }
 #pragma unroll
             for (int i = 0; i < 8; i++) acc += v[i].x + v[i].y + c[i].x + c[i].y;
@@ -215,9 +188,7 @@ __global__ __launch_bounds__(32) void bulk(Prob P) {
             "l"(P.sc + (size_t)pg * 8192), "r"(su32(&bar))
             : "memory");
     }
-    asm volatile("{\n .reg .pred P1;\n W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], 0;\n @!P1 bra W_%=;\n}" ::"r"(
-                     su32(&bar))
-                 : "memory");
+    probe_wait(&bar, 0);
     const float x = ((const float *)sm)[l * 64 + ch];
     if (x == 1234.5f) P.out[(size_t)blockIdx.x * 32 + l] = x;
 }
@@ -264,10 +235,7 @@ __global__ __launch_bounds__(512, 1) void pages(Prob P) {
     for (int j = 0; j < CH; j++) {
         const int s = j % NS;
         const unsigned ph = (j / NS) & 1u;
-        asm volatile("{\n .reg .pred P1;\n W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n @!P1 bra W_%=;\n}" ::"r"(
-                         su32(bar + s)),
-                     "r"(ph)
-                     : "memory");
+        probe_wait(bar + s, ph);
         const float *st = (const float *)(sm + s * 32768);
         float v[8], c[8];
 #pragma unroll
@@ -313,19 +281,7 @@ static char *g_flush;
 static size_t g_fl;
 template <class F>
 static double time_us(F launch, cudaEvent_t e0, cudaEvent_t e1, int rep = 50) {
-    std::vector<float> t;
-    for (int i = -3; i < rep; i++) {
-        cudaMemsetAsync(g_flush, i & 0xFF, g_fl);
-        cudaEventRecord(e0);
-        launch();
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (i >= 0) t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2] * 1e3;
+    return probe_median_us([](int i) { cudaMemsetAsync(g_flush, i & 0xFF, g_fl); }, launch, e0, e1, rep);
 }
 
 template <int CHAIN>

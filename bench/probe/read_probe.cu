@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "../../tools/read_floor.cuh" /* read_kernel: the floor kvcompress bench times */
+#include "probe_common.cuh"
 #define rd read_kernel
 // 4 independent 16-byte loads per thread per iteration
 __global__ void rd4(const float4 *p, size_t n, float *sink) {
@@ -102,20 +103,11 @@ __global__ void tma_ring(const float *p, long long R, float *sink) {
 template <class F>
 static double time_us(F launch, void *f, size_t fl, bool flush_by_read, int sms, float *sink, cudaEvent_t e0,
                       cudaEvent_t e1) {
-    std::vector<float> t;
-    for (int i = -3; i < 50; i++) {
+    auto flush = [&](int i) {
         if (flush_by_read) rd<<<sms * 8, 512>>>((const float4 *)f, fl / 16, sink);
         else cudaMemsetAsync(f, i & 0xFF, fl);
-        cudaEventRecord(e0);
-        launch();
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (i >= 0) t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2] * 1e3;
+    };
+    return probe_median_us(flush, launch, e0, e1, 50);
 }
 
 int main() {

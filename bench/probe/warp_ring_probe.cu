@@ -24,15 +24,8 @@
 
 #include "kvc_canon.h"
 #include "../../tools/read_floor.cuh"
+#include "probe_common.cuh"
 
-#define CK(x)                                                                                       \
-    do {                                                                                            \
-        cudaError_t e_ = (x);                                                                       \
-        if (e_ != cudaSuccess) {                                                                    \
-            printf("CUDA %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);               \
-            return 1;                                                                               \
-        }                                                                                           \
-    } while (0)
 
 constexpr int SEGS = 16; // C = 128
 struct Prob {
@@ -45,7 +38,6 @@ struct Prob {
     float *c;          // [nout][512]
 };
 
-__device__ __forceinline__ unsigned su32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 struct st2 {
     float m[2], d[2], n[2];
@@ -69,23 +61,6 @@ __device__ __forceinline__ void mrg(st2 &a, const st2 &b) {
     }
 }
 
-template <int NS>
-__device__ __forceinline__ void issue(const Prob &P, float *stg, unsigned long long *bar, int s, int page, int sl,
-                                      int l) {
-    if (l == 0)
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(su32(bar + s)), "r"(4096)
-                     : "memory");
-    __syncwarp();
-    if (l < 16) {
-        const int i = l & 7, kind = l >> 3;
-        const float *src = P.sc + (size_t)page * 8192 + i * 1024 + kind * 512 + sl * 64;
-        float *dst = stg + s * 1024 + kind * 512 + i * 64;
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 256, [%2];" ::"r"(su32(dst)),
-            "l"(src), "r"(su32(bar + s))
-            : "memory");
-    }
-}
 
 template <int MODE, int NS, int WARPS, int MINB = 1, int MAPG = 0>
 __global__ __launch_bounds__(WARPS * 32, MINB) void ring(Prob P) {
@@ -108,7 +83,7 @@ __global__ __launch_bounds__(WARPS * 32, MINB) void ring(Prob P) {
         pg = l < 16 ? P.table[req * P.tstride + pos / 8 + l] : 0;
     }
 #pragma unroll
-    for (int s = 0; s < NS; s++) issue<NS>(P, stg, bar, s, __shfl_sync(~0u, pg, s), sl, l);
+    for (int s = 0; s < NS; s++) issue(P.sc, stg, bar, s, __shfl_sync(~0u, pg, s), sl, l);
     unsigned q = 0;
     for (;;) {
         const int itn = it + TW;
@@ -124,10 +99,7 @@ __global__ __launch_bounds__(WARPS * 32, MINB) void ring(Prob P) {
             if (j == 4 && hasn && l < 16) pgn = __ldg(P.table + reqn * P.tstride + posn / 8 + l);
             const int s = (int)(q % NS);
             const unsigned ph = (q / NS) & 1u;
-            asm volatile("{\n .reg .pred P1;\n W_%=:\n mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n @!P1 bra W_%=;\n}" ::"r"(
-                             su32(bar + s)),
-                         "r"(ph)
-                         : "memory");
+            probe_wait(bar + s, ph);
             const float2 *sv = (const float2 *)(stg + s * 1024);
             float2 v[8], sc[8];
 #pragma unroll
@@ -138,10 +110,10 @@ __global__ __launch_bounds__(WARPS * 32, MINB) void ring(Prob P) {
             __syncwarp();
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             const int jj = j + NS;
-            if (jj < SEGS) issue<NS>(P, stg, bar, s, __shfl_sync(~0u, pg, jj), sl, l);
+            if (jj < SEGS) issue(P.sc, stg, bar, s, __shfl_sync(~0u, pg, jj), sl, l);
             else {
                 const int pj = __shfl_sync(~0u, pgn, jj - SEGS);
-                if (hasn) issue<NS>(P, stg, bar, s, pj, sln, l);
+                if (hasn) issue(P.sc, stg, bar, s, pj, sln, l);
             }
             q++;
             st2 S;
@@ -248,19 +220,7 @@ static char *g_flush;
 static size_t g_fl;
 template <class F>
 static double time_us(F launch, cudaEvent_t e0, cudaEvent_t e1, int rep = 30) {
-    std::vector<float> t;
-    for (int i = -3; i < rep; i++) {
-        cudaMemsetAsync(g_flush, i & 0xFF, g_fl);
-        cudaEventRecord(e0);
-        launch();
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float ms;
-        cudaEventElapsedTime(&ms, e0, e1);
-        if (i >= 0) t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2] * 1e3;
+    return probe_median_us([](int i) { cudaMemsetAsync(g_flush, i & 0xFF, g_fl); }, launch, e0, e1, rep);
 }
 
 template <int MODE, int NS, int WARPS, int MINB = 1, int MAPG = 0>
