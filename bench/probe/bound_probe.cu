@@ -51,6 +51,16 @@ struct Prob {
 
 
 
+/* The library's index chain for chunk ch (K segments) of output o: boundary
+ * token -> its request and position -> the block-table entry of the chunk's
+ * first segment (three dependent loads). */
+__device__ __forceinline__ const int *chunk_row(const Prob &P, int o, int ch, int K) {
+    const long long b = __ldg(P.bidx + o);
+    const int r = __ldg(P.t2r + b);
+    const long long p = __ldg(P.pos + b);
+    return P.table + (size_t)r * P.tstride + (p - P.C + 1) / 8 + ch * K;
+}
+
 /* The next item's chain, one level per call (lvl 0..2); chain 0: one step. */
 template <int CHAIN>
 struct chain_state {
@@ -80,12 +90,9 @@ __global__ __launch_bounds__(WARPS * 32, 1) void ring(Prob P) {
     constexpr int NS = 2;
     extern __shared__ __align__(128) unsigned char sm[];
     const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-    float *stg = (float *)sm + w * NS * 1024;
-    unsigned long long *bar = (unsigned long long *)(sm + WARPS * NS * 4096) + w * NS;
-    if (l == 0)
-        for (int s = 0; s < NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(bar + s)));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    __syncwarp();
+    float *stg;
+    unsigned long long *bar;
+    probe_warp_ring(sm, WARPS, NS, w, l, &stg, &bar);
     const int nch = P.S / P.K, nitems = P.nout * nch * 8, TW = gridDim.x * WARPS;
     int it = w * gridDim.x + blockIdx.x;
     if (it >= nitems) return;
@@ -105,14 +112,8 @@ __global__ __launch_bounds__(WARPS * 32, 1) void ring(Prob P) {
         for (int j = 0; j < P.K; j++) {
             if (hasn) cs.step(P, l);
             const int s = (int)(q % NS);
-            const unsigned ph = (q / NS) & 1u;
-            probe_wait(bar + s, ph);
-            const float2 *sv = (const float2 *)(stg + s * 1024);
             float2 v[8], c[8];
-#pragma unroll
-            for (int i = 0; i < 8; i++) v[i] = sv[i * 32 + l], c[i] = sv[256 + i * 32 + l];
-            __syncwarp();
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            probe_take(stg, bar, q, NS, l, v, c);
             q++;
             const int jj = j + NS;
             if (jj < P.K) issue(P.sc, stg, bar, s, page(pg0, pg1, jj), sl, l);
@@ -135,10 +136,7 @@ __global__ __launch_bounds__(256) void ldg(Prob P) {
     const int nch = P.S / K, o = blockIdx.x / nch, ch = blockIdx.x % nch, t = threadIdx.x;
     int pg[K];
     if (CHAIN) {
-        const long long b = __ldg(P.bidx + o);
-        const int r = __ldg(P.t2r + b);
-        const long long p = __ldg(P.pos + b);
-        const int *row = P.table + (size_t)r * P.tstride + (p - P.C + 1) / 8 + ch * K;
+        const int *row = chunk_row(P, o, ch, K);
 #pragma unroll
         for (int j = 0; j < K; j++) pg[j] = __ldg(row + j);
     } else {
@@ -170,23 +168,12 @@ __global__ __launch_bounds__(32) void bulk(Prob P) {
     if (l == 0) {
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(&bar)));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(su32(&bar)), "r"(K * 32768)
-                     : "memory");
+        probe_expect(&bar, K * 32768);
     }
     __syncwarp();
     if (l < K) {
-        int pg;
-        if (CHAIN) {
-            const long long b = __ldg(P.bidx + o);
-            const int r = __ldg(P.t2r + b);
-            const long long p = __ldg(P.pos + b);
-            pg = __ldg(P.table + (size_t)r * P.tstride + (p - P.C + 1) / 8 + ch * K + l);
-        } else pg = o * P.S + ch * K + l;
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 32768, [%2];" ::"r"(
-                su32(sm + l * 32768)),
-            "l"(P.sc + (size_t)pg * 8192), "r"(su32(&bar))
-            : "memory");
+        const int pg = CHAIN ? __ldg(chunk_row(P, o, ch, K) + l) : o * P.S + ch * K + l;
+        probe_copy(sm + l * 32768, P.sc + (size_t)pg * 8192, 32768, &bar);
     }
     probe_wait(&bar, 0);
     const float x = ((const float *)sm)[l * 64 + ch];
@@ -200,6 +187,12 @@ static void launch_bulk(const Prob &P) {
     bulk<CHAIN, K><<<P.nout * (P.S / K), 32, K * 32768>>>(P);
 }
 
+/* Thread 0: a whole page (32 KiB) into a stage, completing on bar. */
+__device__ __forceinline__ void page_fill(unsigned char *dst, const float *src, unsigned long long *bar) {
+    probe_expect(bar, 32768);
+    probe_copy(dst, src, 32768, bar);
+}
+
 /* One 512-thread CTA per (output, CH-segment chunk): NS stages of one whole
  * page (32 KiB) each, all issued at once after the chain and refilled as the
  * 16 warps finish a page; thread t reduces dim t of each page (MODE 1: the
@@ -211,23 +204,13 @@ __global__ __launch_bounds__(512, 1) void pages(Prob P) {
     __shared__ int pg[64];
     const int CH = P.K, nch = P.S / CH, o = blockIdx.x / nch, ch = blockIdx.x % nch, t = threadIdx.x;
     if (t < 32) {
-        const long long b = __ldg(P.bidx + o);
-        const int r = __ldg(P.t2r + b);
-        const long long p = __ldg(P.pos + b);
-        const int *row = P.table + (size_t)r * P.tstride + (p - P.C + 1) / 8 + ch * CH;
+        const int *row = chunk_row(P, o, ch, CH);
         for (int j = t; j < CH; j += 32) pg[j] = __ldg(row + j);
         __syncwarp();
         if (t == 0) {
             for (int s = 0; s < NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(bar + s)));
             asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-            for (int s = 0; s < NS && s < CH; s++) {
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(su32(bar + s)), "r"(32768)
-                             : "memory");
-                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 32768, [%2];" ::"r"(
-                                 su32(sm + s * 32768)),
-                             "l"(P.sc + (size_t)pg[s] * 8192), "r"(su32(bar + s))
-                             : "memory");
-            }
+            for (int s = 0; s < NS && s < CH; s++) page_fill(sm + s * 32768, P.sc + (size_t)pg[s] * 8192, bar + s);
         }
     }
     __syncthreads();
@@ -243,12 +226,7 @@ __global__ __launch_bounds__(512, 1) void pages(Prob P) {
         __syncthreads(); /* every warp has read stage s */
         if (t == 0 && j + NS < CH) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(su32(bar + s)), "r"(32768)
-                         : "memory");
-            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 32768, [%2];" ::"r"(
-                             su32(sm + s * 32768)),
-                         "l"(P.sc + (size_t)pg[j + NS] * 8192), "r"(su32(bar + s))
-                         : "memory");
+            page_fill(sm + s * 32768, P.sc + (size_t)pg[j + NS] * 8192, bar + s);
         }
         if (MODE == 0) {
 #pragma unroll

@@ -50,23 +50,55 @@ __device__ __forceinline__ void probe_wait(unsigned long long *bar, unsigned ph)
                  : "memory");
 }
 
+/* Lane 0: an arrival on mbarrier bar that expects `bytes` of copies. */
+__device__ __forceinline__ void probe_expect(unsigned long long *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(su32(bar)), "r"(bytes) : "memory");
+}
+/* One bulk copy of `bytes` from global src to shared dst, completing on bar. */
+__device__ __forceinline__ void probe_copy(void *dst, const void *src, unsigned bytes, unsigned long long *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     su32(dst)),
+                 "l"(src), "r"(bytes), "r"(su32(bar))
+                 : "memory");
+}
+
+/* Warp w of `warps` (lane l): its ns stages of 1024 floats in dynamic shared
+ * memory sm ([warps][ns] stages, then [warps][ns] mbarriers), the barriers
+ * initialised. */
+__device__ __forceinline__ void probe_warp_ring(unsigned char *sm, int warps, int ns, int w, int l, float **stg,
+                                                unsigned long long **bar) {
+    *stg = (float *)sm + w * ns * 1024;
+    *bar = (unsigned long long *)(sm + warps * ns * 4096) + w * ns;
+    if (l == 0)
+        for (int s = 0; s < ns; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(*bar + s)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncwarp();
+}
+
+/* Warp (lane l): segment q of its ring of ns stages into v (values) and c
+ * (scores), 2 dims per lane; on return the stage may be refilled. */
+__device__ __forceinline__ void probe_take(const float *stg, unsigned long long *bar, unsigned q, int ns, int l,
+                                           float2 v[8], float2 c[8]) {
+    const int s = (int)(q % ns);
+    probe_wait(bar + s, (q / ns) & 1u);
+    const float2 *sv = (const float2 *)(stg + s * 1024);
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = sv[i * 32 + l], c[i] = sv[256 + i * 32 + l];
+    __syncwarp();
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 /* Warp (lane l): stage s of stg (8 rows x (64 values, 64 scores) of slice sl)
  * <- page `page` of sc ([pages][8 rows][1024 floats]), 16 lanes x one
  * 256-byte bulk copy, completing on bar[s]. */
 __device__ __forceinline__ void issue(const float *sc, float *stg, unsigned long long *bar, int s, int page, int sl,
                                       int l) {
-    if (l == 0)
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(su32(bar + s)), "r"(4096)
-                     : "memory");
+    if (l == 0) probe_expect(bar + s, 4096);
     __syncwarp();
     if (l < 16) {
         const int i = l & 7, kind = l >> 3;
-        const float *src = sc + (size_t)page * 8192 + i * 1024 + kind * 512 + sl * 64;
-        float *dst = stg + s * 1024 + kind * 512 + i * 64;
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 256, [%2];" ::"r"(su32(dst)),
-            "l"(src), "r"(su32(bar + s))
-            : "memory");
+        probe_copy(stg + s * 1024 + kind * 512 + i * 64, sc + (size_t)page * 8192 + i * 1024 + kind * 512 + sl * 64,
+                   256, bar + s);
     }
 }
 #endif

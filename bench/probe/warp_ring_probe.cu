@@ -66,12 +66,9 @@ template <int MODE, int NS, int WARPS, int MINB = 1, int MAPG = 0>
 __global__ __launch_bounds__(WARPS * 32, MINB) void ring(Prob P) {
     extern __shared__ __align__(128) unsigned char sm[];
     const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-    float *stg = (float *)sm + w * NS * 1024;
-    unsigned long long *bar = (unsigned long long *)(sm + WARPS * NS * 4096) + w * NS;
-    if (l == 0)
-        for (int s = 0; s < NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(bar + s)));
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    __syncwarp();
+    float *stg;
+    unsigned long long *bar;
+    probe_warp_ring(sm, WARPS, NS, w, l, &stg, &bar);
     const int nitems = P.nout * 8, TW = gridDim.x * WARPS;
     /* MAPG: the 8 slices of an output on 8 warps of one CTA (the library's groups) */
     int it = MAPG ? ((blockIdx.x * (WARPS / 8) + w / 8) * 8 + w % 8) : w * gridDim.x + blockIdx.x;
@@ -98,17 +95,8 @@ __global__ __launch_bounds__(WARPS * 32, MINB) void ring(Prob P) {
         for (int j = 0; j < SEGS; j++) {
             if (j == 4 && hasn && l < 16) pgn = __ldg(P.table + reqn * P.tstride + posn / 8 + l);
             const int s = (int)(q % NS);
-            const unsigned ph = (q / NS) & 1u;
-            probe_wait(bar + s, ph);
-            const float2 *sv = (const float2 *)(stg + s * 1024);
             float2 v[8], sc[8];
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                v[i] = sv[i * 32 + l];
-                sc[i] = sv[256 + i * 32 + l];
-            }
-            __syncwarp();
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            probe_take(stg, bar, q, NS, l, v, sc);
             const int jj = j + NS;
             if (jj < SEGS) issue(P.sc, stg, bar, s, __shfl_sync(~0u, pg, jj), sl, l);
             else {
