@@ -54,7 +54,6 @@
  * including the experiments that were removed (a cp.async / TMA ring kernel:
  * commit d61d9d4).
  */
-#include <cooperative_groups.h> /* the cluster kernel's cluster_group */
 #include <cuda.h> /* CUtensorMap (types only: the encoder comes through the runtime) */
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -177,53 +176,6 @@ static cudaError_t launch_burst(const launch_params &P, long long nout, int cs, 
     if (e != cudaSuccess) return e;
     k<<<(unsigned)nout, 512, NS::kBurstSmem, s>>>(P);
     return cudaGetLastError();
-}
-
-/* Launch cluster_kernel<l> (cuda_cluster.cuh) of the numerics' namespace:
- * clusters of n CTAs, one cluster per output.  0 is returned as the number
- * of clusters that fit when the device cannot run that shape (queried once
- * per device and shape: the caller takes another kernel). */
-template <int L>
-static void (*cluster_fn(int fastnum))(const launch_params) {
-    return fastnum ? kvc_cuda_d2f::cluster_kernel<L> : kvc_cuda_d2::cluster_kernel<L>;
-}
-static void (*cluster_kernel_of(int l, int fastnum))(const launch_params) {
-    return l == 1 ? cluster_fn<1>(fastnum) : l == 2 ? cluster_fn<2>(fastnum) : cluster_fn<4>(fastnum);
-}
-static cudaLaunchConfig_t cluster_config(unsigned blocks, int l, int n, cudaStream_t s, cudaLaunchAttribute *at) {
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3((unsigned)(ks::kDG * l));
-    cfg.stream = s;
-    at->id = cudaLaunchAttributeClusterDimension;
-    at->val.clusterDim.x = (unsigned)n;
-    at->val.clusterDim.y = at->val.clusterDim.z = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    return cfg;
-}
-/* 1 when device dev runs clusters of n CTAs of cluster_kernel<l> (cached). */
-static int cluster_fits(int dev, int l, int n, int fastnum) {
-    static signed char fits[64][3][5][2]; /* [dev][l: 1, 2, 4][n: 2 .. 16][numerics]: 0 unknown, 1 yes, -1 no */
-    const int li = l == 1 ? 0 : l == 2 ? 1 : 2, ni = n == 2 ? 0 : n == 4 ? 1 : n == 8 ? 2 : n == 16 ? 3 : 4;
-    if (ni == 4) return 0;
-    signed char *f = &fits[dev][li][ni][fastnum];
-    if (*f) return *f > 0;
-    void (*k)(const launch_params) = cluster_kernel_of(l, fastnum);
-    int nc = 0;
-    if (n > 8) cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    cudaLaunchAttribute at;
-    cudaLaunchConfig_t cfg = cluster_config((unsigned)n, l, n, 0, &at);
-    if (cudaOccupancyMaxActiveClusters(&nc, k, &cfg) != cudaSuccess) nc = 0;
-    cudaGetLastError();
-    *f = nc > 0 ? 1 : -1; /* a benign race: every thread stores the same value */
-    return nc > 0;
-}
-static cudaError_t launch_cluster(const launch_params &P, long long nout, int l, int n, cudaStream_t s, int fastnum) {
-    cudaLaunchAttribute at;
-    const cudaLaunchConfig_t cfg = cluster_config((unsigned)(nout * n), l, n, s, &at);
-    return cudaLaunchKernelEx(&cfg, cluster_kernel_of(l, fastnum), P);
 }
 
 /* ---- host side --------------------------------------------------------- */
@@ -417,16 +369,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
      * reduce, so that the exact suites pin its bytes. */
     const int burst = !ring && ring_ok && !fastnum &&
                       (kvc_test_hook("KVC_CUDA_BURST") || (nseg == 64 && 2 * nout > sm_count(dev)));
-    /* the cluster kernel (cuda_cluster.cuh): no overlap, 2..64 full
-     * segments (a power of two), sm_90 and newer; lanes per CTA l = S / 16
-     * (at least 1), clusters of S / l CTAs.  The test hook KVC_CUDA_CLUSTER=1
-     * takes it for every window it can reduce. */
-    const int cl_l = nseg > 16 ? (int)(nseg / 16) : 1, cl_n = (int)(nseg / cl_l);
-    const int cluster = !ring && !burst && sm_major(dev) >= 9 && a->overlap == KVC_OVERLAP_OFF &&
-                        P.pl.rows % KVC_SEG == 0 && nseg >= 2 && nseg <= 64 && (nseg & (nseg - 1)) == 0 &&
-                        nout * cl_n <= 0x7FFFFFFFLL && kvc_test_hook("KVC_CUDA_CLUSTER") &&
-                        cluster_fits(dev, cl_l, cl_n, fastnum);
-    if (ring || burst || cluster) {
+    if (ring || burst) {
         P.pl.nchunk = 1; /* no chunk states, no tickets */
         P.tiles = !fastnum && encode_state_map(a, &P.tmap);
     }
@@ -503,13 +446,6 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         const int spw = (int)nseg;
         err = fastnum ? launch_ring_kvc_cuda_d2f(P, blocks, stream, spw, dev)
                       : launch_ring_kvc_cuda_d2(P, blocks, stream, spw, dev);
-        if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
-        return KVC_OK;
-    }
-    if (cluster) {
-        P.pl.vec = (uintptr_t)a->state_cache % 8 == 0 && a->state_stride_block % 2 == 0 &&
-                   a->state_stride_token % 2 == 0;
-        err = launch_cluster(P, nout, cl_l, cl_n, stream, fastnum);
         if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }

@@ -424,17 +424,6 @@ __device__ __forceinline__ stv st_load(const float *src, int q) {
     return st;
 }
 
-__device__ __forceinline__ stv st_load_shared(const float *src, int q) {
-    stv st;
-#pragma unroll
-    for (int j = 0; j < DPT; j++) {
-        st.m[j] = src[DPT * q + j];
-        st.d[j] = src[512 + DPT * q + j];
-        st.n[j] = src[1024 + DPT * q + j];
-    }
-    return st;
-}
-
 /* Merge n consecutive chunk states (a complete subtree, n a power of two
  * <= TREE_MAX): all loads are issued first, then the tree is merged in registers. */
 __device__ stv merge_chunks_tree(const float *base, long long k0, int n, int q) {
@@ -456,7 +445,14 @@ __device__ void merge_lanes(stv &st, int lane, int active, int q, float *smem) {
     if (lane < active) st_store(st, smem + lane * (3 * 512), q);
     __syncthreads();
     if (lane == 0) {
-        st_merge(st, st_load_shared(smem + 3 * 512, q)); /* MAX_LANES == 2 */
+        stv B;
+#pragma unroll
+        for (int j = 0; j < DPT; j++) {
+            B.m[j] = smem[3 * 512 + DPT * q + j];
+            B.d[j] = smem[3 * 512 + 512 + DPT * q + j];
+            B.n[j] = smem[3 * 512 + 1024 + DPT * q + j];
+        }
+        st_merge(st, B); /* MAX_LANES == 2 */
     }
     __syncthreads();
 }
@@ -706,7 +702,6 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
 
 #if DPT == 2
 #include "cuda_ring.cuh"
-#include "cuda_cluster.cuh"
 #if !FASTNUM
 #include "cuda_burst.cuh"
 #endif
