@@ -81,7 +81,6 @@ struct launch_params {
     int uniform;                /* all chunks full, nchunk a power of 2 <= kTreeMax L */
     int fast;                   /* vec and no overlap: straight-line full segments */
     int tiles;                  /* ring and burst kernels: tmap describes state_cache */
-    int l2pf;                   /* main and one-segment kernels: rows prefetched into L2 (16-byte rows) */
     CUtensorMap tmap;           /* ring kernel: state_cache as [blocks][block_size][2][8][64] floats (encode_state_map) */
 };
 
@@ -391,8 +390,6 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     P.pl.vec = ((uintptr_t)a->state_cache % (4 * dpt) == 0) && a->state_stride_block % dpt == 0 &&
                a->state_stride_token % dpt == 0;
     P.fast = P.pl.vec && a->overlap == KVC_OVERLAP_OFF;
-    P.l2pf = kvc_test_hook("KVC_CUDA_L2PF") && (uintptr_t)a->state_cache % 16 == 0 &&
-             a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0;
 
     /* workspace: status word, tickets, chunk states */
     size_t st_bytes = 256, tk_bytes = ((size_t)nout * 4 + 255) & ~(size_t)255;

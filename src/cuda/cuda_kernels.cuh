@@ -62,22 +62,6 @@ struct row_table {
     long long bad_g;        /* its value                              */
 };
 
-/* With P.l2pf: ask L2 for a resolved row's value and score halves now (one
- * bulk prefetch, no registers), so that the whole call's rows stream from
- * HBM at once and the thread's own loads later hit L2. */
-__device__ __forceinline__ void l2_prefetch_row(const launch_params &P, long long vo, long long so) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (!P.l2pf || vo < 0) return;
-    const float *base = P.a.state_cache;
-    if (so == vo + 512) {
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], 4096;" ::"l"(base + vo) : "memory");
-    } else {
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], 2048;" ::"l"(base + vo) : "memory");
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], 2048;" ::"l"(base + so) : "memory");
-    }
-#endif
-}
-
 /* Resolve the chunk's rows (one thread per row, in parallel) and check each
  * row's physical block: the device's half of the PHYSICAL_BLOCK check.
  * rt->bad must be 0 on entry. */
@@ -92,7 +76,6 @@ __device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long 
         if (off == KVC_ROW_BAD && atomicCAS(&rt->bad, 0, 1) == 0) rt->bad_g = blk;
         rt->voff[t] = off;
         rt->soff[t] = off < 0 ? off : off + sdelta;
-        l2_prefetch_row(P, off, off + sdelta);
     }
 }
 
@@ -659,7 +642,6 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         const long long base = kvc_state_row_offset(&a, blk, pos);
         rt.voff[t] = base + vo;
         rt.soff[t] = base + so;
-        l2_prefetch_row(P, base + vo, base + so);
     }
     fin_in f;
     fin_load_weights(P, q, f);
