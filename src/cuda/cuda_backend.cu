@@ -84,19 +84,6 @@ struct launch_params {
     CUtensorMap tmap;           /* ring kernel: state_cache as [blocks][block_size][2][8][64] floats (encode_state_map) */
 };
 
-/* The call's zeroing of its status word and tickets (n words from ws, and
- * the caller's status word if any), launched just before the call's kernel:
- * that kernel is programmatically dependent on it (sm_90), so it starts at
- * once and waits for the zeros only where it first writes them
- * (status_ready, cuda_kernels.cuh). */
-__global__ void zero_kernel(unsigned *ws, unsigned n, unsigned *user) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) ws[i] = 0;
-    if (user && blockIdx.x == 0 && threadIdx.x < sizeof(kvc_device_status) / 4) user[threadIdx.x] = 0;
-}
-
 /* The device code, once per dims-per-thread and numerics mode (cuda_kernels.cuh). */
 namespace kvc_cuda_d1 {
 #define DPT 1
@@ -128,40 +115,24 @@ namespace kvc_cuda_d2f {
 } // namespace kvc_cuda_d2f
 namespace ks = kvc_cuda_d2; /* the one-segment kernel's constants */
 
-/* Launch k after the call's zero_kernel, programmatically dependent on it
- * where pdl (sm_90 and newer). */
-static cudaError_t launch_dep(void (*k)(const launch_params), unsigned blocks, unsigned threads, size_t smem,
-                              cudaStream_t s, const launch_params &P, int pdl) {
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k, P);
-}
-
-/* The main kernel of namespace NS: compress_kernel<kf> (kf = 0: the generic one). */
-#define KVC_DEFINE_MAIN_OF(NS)                                                                            \
-    static void (*main_of_##NS(int kf))(const launch_params) {                                             \
+/* Launch the main kernel of namespace NS: compress_kernel<kf> (kf = 0: the
+ * generic one). */
+#define KVC_DEFINE_LAUNCH_MAIN(NS)                                                                        \
+    static void launch_main_##NS(const launch_params &P, unsigned blocks, unsigned threads, size_t smem,   \
+                                 cudaStream_t s, int kf) {                                                 \
         switch (kf) {                                                                                      \
-        case 1: return NS::compress_kernel<1>;                                                             \
-        case 2: return NS::compress_kernel<2>;                                                             \
-        case 4: return NS::compress_kernel<4>;                                                             \
-        case 8: return NS::compress_kernel<8>;                                                             \
-        case 16: return NS::compress_kernel<16>;                                                           \
-        default: return NS::compress_kernel<0>;                                                            \
+        case 1: NS::compress_kernel<1><<<blocks, threads, smem, s>>>(P); break;                            \
+        case 2: NS::compress_kernel<2><<<blocks, threads, smem, s>>>(P); break;                            \
+        case 4: NS::compress_kernel<4><<<blocks, threads, smem, s>>>(P); break;                            \
+        case 8: NS::compress_kernel<8><<<blocks, threads, smem, s>>>(P); break;                            \
+        case 16: NS::compress_kernel<16><<<blocks, threads, smem, s>>>(P); break;                          \
+        default: NS::compress_kernel<0><<<blocks, threads, smem, s>>>(P); break;                           \
         }                                                                                                  \
     }
-KVC_DEFINE_MAIN_OF(kvc_cuda_d1)
-KVC_DEFINE_MAIN_OF(kvc_cuda_d1f)
-KVC_DEFINE_MAIN_OF(kvc_cuda_d2)
-KVC_DEFINE_MAIN_OF(kvc_cuda_d2f)
+KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d1)
+KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d1f)
+KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2)
+KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2f)
 
 /* Raise kernel k's dynamic shared-memory limit to `bytes`, once: *raised
  * is its flag for the current device (a function attribute is set per device). */
@@ -185,7 +156,8 @@ static cudaError_t raise_smem_once(void (*k)(const launch_params), int *raised, 
         const int ki = spw == 8 ? 0 : spw == 16 ? 1 : spw == 32 ? 2 : 3;                                   \
         const cudaError_t e = raise_smem_once(k, &raised[dev][ki], NS::kRingSmem);                         \
         if (e != cudaSuccess) return e;                                                                    \
-        return launch_dep(k, blocks, 512, NS::kRingSmem, s, P, 1);                                         \
+        k<<<blocks, 512, NS::kRingSmem, s>>>(P);                                                           \
+        return cudaGetLastError();                                                                         \
     }
 KVC_DEFINE_LAUNCH_RING(kvc_cuda_d2)
 KVC_DEFINE_LAUNCH_RING(kvc_cuda_d2f)
@@ -202,7 +174,8 @@ static cudaError_t launch_burst(const launch_params &P, long long nout, int cs, 
     const int ki = cs == 4 ? 0 : cs == 8 ? 1 : cs == 16 ? 2 : 3;
     const cudaError_t e = raise_smem_once(k, &raised[dev][ki], NS::kBurstSmem);
     if (e != cudaSuccess) return e;
-    return launch_dep(k, (unsigned)nout, 512, NS::kBurstSmem, s, P, 1);
+    k<<<(unsigned)nout, 512, NS::kBurstSmem, s>>>(P);
+    return cudaGetLastError();
 }
 
 /* ---- host side --------------------------------------------------------- */
@@ -459,18 +432,15 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     P.status = e->device_status ? e->device_status : (kvc_device_status *)buf;
     P.tickets = (unsigned *)(buf + st_bytes);
     P.chunk_states = (float *)(buf + st_bytes + tk_bytes);
-    /* one zeroing kernel for the status word (the library's or the caller's)
-     * and the tickets (adjacent to the library's word) */
-    {
-        const size_t words = ((e->device_status ? 0 : st_bytes) + (P.pl.nchunk > 1 ? (size_t)nout * 4 : 0)) / 4;
-        const size_t per = 256 * 4, nb = (words + per - 1) / per;
-        zero_kernel<<<(unsigned)(nb < 1 ? 1 : nb > 132 ? 132 : nb), 256, 0, stream>>>(
-            (unsigned *)(e->device_status ? (void *)P.tickets : (void *)buf), (unsigned)words,
-            (unsigned *)e->device_status);
-        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "zero kernel launch");
-    }
+    /* one memset for the library's status word and the tickets (adjacent) */
+    size_t zero = (e->device_status ? 0 : st_bytes) + (P.pl.nchunk > 1 ? (size_t)nout * 4 : 0);
+    if (e->device_status &&
+        (err = cudaMemsetAsync(e->device_status, 0, sizeof(kvc_device_status), stream)) != cudaSuccess)
+        return cuda_fail(err, "cudaMemsetAsync(status)");
+    if (zero && (err = cudaMemsetAsync(e->device_status ? (void *)P.tickets : (void *)buf, 0, zero, stream)) !=
+                    cudaSuccess)
+        return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
-    const int pdl = sm_major(dev) >= 9;
     if (ring) {
         const unsigned blocks = (unsigned)(nout < sm_count(dev) ? nout : sm_count(dev));
         const int spw = (int)nseg;
@@ -488,20 +458,22 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);
     if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
-        err = launch_dep(fastnum ? kvc_cuda_d2f::compress_small_kernel : ks::compress_small_kernel, (unsigned)blocks,
-                         ks::kDG, 0, stream, P, pdl);
-        if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
+        if (fastnum) kvc_cuda_d2f::compress_small_kernel<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
+        else ks::compress_small_kernel<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
     size_t smem = (size_t)(L * 3 * 512) * sizeof(float); /* lane states; >= 512 + 8 floats for the finaliser */
     /* every chunk kk = ch / L full segments on the fast path: a kernel with
      * only that body (1/8 of the code, and faster) */
     const int kf = P.fast && full ? (int)(ch / L) : 0;
-    void (*k)(const launch_params) = dpt == 1 ? (fastnum ? main_of_kvc_cuda_d1f : main_of_kvc_cuda_d1)(kf)
-                                              : (fastnum ? main_of_kvc_cuda_d2f : main_of_kvc_cuda_d2)(kf);
-    const int dg = dpt == 1 ? kvc_cuda_d1::kDG : kvc_cuda_d2::kDG;
-    if ((err = launch_dep(k, (unsigned)blocks, (unsigned)(dg * L), smem, stream, P, pdl)) != cudaSuccess)
-        return cuda_fail(err, "kernel launch");
+    if (dpt == 1)
+        (fastnum ? launch_main_kvc_cuda_d1f : launch_main_kvc_cuda_d1)(P, (unsigned)blocks, (unsigned)(kvc_cuda_d1::kDG * L),
+                                                                     smem, stream, kf);
+    else
+        (fastnum ? launch_main_kvc_cuda_d2f : launch_main_kvc_cuda_d2)(P, (unsigned)blocks, (unsigned)(kvc_cuda_d2::kDG * L),
+                                                                     smem, stream, kf);
+    if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
     return KVC_OK;
 }
 

@@ -280,18 +280,7 @@ __device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_tabl
     }
 }
 
-/* The call's zeroing kernel (zero_kernel, cuda_backend.cu) runs just before
- * this kernel as its programmatic dependency (sm_90: this kernel may start
- * while it runs): wait for it before the first write to the status word or
- * the tickets.  A no-op once it has finished, and in a launch without it. */
-__device__ __forceinline__ void status_ready() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 __device__ void record_error(kvc_device_status *st, int check, long long o, long long value) {
-    status_ready();
     if (atomicCAS(&st->status, 0, (int)KVC_ERROR_INDEX_OUT_OF_RANGE) == 0) {
         st->check = check;
         st->output = o;
@@ -299,10 +288,7 @@ __device__ void record_error(kvc_device_status *st, int check, long long o, long
     }
 }
 
-__device__ void count(int64_t *field) {
-    status_ready();
-    atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull);
-}
+__device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull); }
 
 /* OR of a flag over threads 0..127: one barrier-with-reduction (named
  * barrier 3, used for nothing else).  Every one of the 128 threads must call. */
@@ -546,7 +532,6 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     __threadfence();
     __syncthreads();
     if (tid == 0) { /* the bad mark or-ed in before the count: a sum of two marks would carry out of the bit */
-        status_ready();
         if (bad_rows) atomicOr(&P.tickets[o], BAD_BIT);
         ticket = atomicAdd(&P.tickets[o], 1u);
     }
@@ -708,7 +693,6 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         k = kk;
     }
     /* one atomic per CTA and counter, not one per output */
-    if (q == 0 && (written || nonfinite)) status_ready();
     if (q == 0 && written)
         atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_written), (unsigned long long)written);
     if (q == 0 && nonfinite)
