@@ -24,10 +24,17 @@
 //   P<n|e><NS>/K: one 512-thread CTA per (output, K-segment chunk), NS
 //                whole-page stages; n: no arithmetic, e: SPEC 3's exact
 //                segment arithmetic on every dim (no tree: a running merge).
+//   L3e<t>/K  : one 256 K-thread CTA per (output, K-segment chunk), lane =
+//                one segment, its 16 loads at once, then SPEC 3's exact
+//                segment arithmetic, lanes merged in shared memory; t = 0: c
+//                kept (no tail), t = 1: chunk states, ticket and the last
+//                CTA's tree merge (the library's chunk tail, no finaliser).
+//                Run with the argument `exact` (only these and references).
 //   chain 0: the pages are computed (no index loads): the read method alone;
 //   chain 3: the library's three dependent index loads first.
 // Build: nvcc -O3 -arch=sm_90a -std=c++17 -fmad=false -Isrc/core bench/probe/bound_probe.cu -o bound_probe
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -47,6 +54,8 @@ struct Prob {
     int tstride, C, S, K;    // window C rows = S segments; K segments per item
     int nout;
     float *out;              // one float per (item, lane): keeps the loads
+    float *ws;               // ldge with a tail: [nout][S / K][3][512] chunk states
+    unsigned *tk;            // ldge with a tail: [nout] tickets (zeroed before each call)
 };
 
 
@@ -156,6 +165,94 @@ __global__ __launch_bounds__(256) void ldg(Prob P) {
 #pragma unroll
     for (int i = 0; i < K * 8; i++) acc += v[i].x + v[i].y + v[i].z + v[i].w;
     if (acc == 1234.5f) P.out[(size_t)blockIdx.x * 256 + t] = acc;
+}
+
+/* The exact segment state of 2 dims from 8 rows (SPEC 3). */
+__device__ __forceinline__ void seg_state2(const float2 v[8], const float2 c[8], float m[2], float d[2], float n[2]) {
+    m[0] = c[0].x, m[1] = c[0].y;
+#pragma unroll
+    for (int i = 1; i < 8; i++) m[0] = kvc_max(m[0], c[i].x), m[1] = kvc_max(m[1], c[i].y);
+    d[0] = d[1] = n[0] = n[1] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        kvc_seg_step(m[0], c[i].x, v[i].x, &d[0], &n[0]);
+        kvc_seg_step(m[1], c[i].y, v[i].y, &d[1], &n[1]);
+    }
+    kvc_seg_close(m[0], &d[0], &n[0]);
+    kvc_seg_close(m[1], &d[1], &n[1]);
+}
+
+/* One CTA of 256 K threads per (output, K-segment chunk), lane l of 256
+ * threads = segment l of the chunk: thread q loads dims 2q, 2q+1 of its 8
+ * rows (16 8-byte loads at once), then SPEC 3's segment arithmetic; the K
+ * lane states merge in tree order through shared memory.  TAIL 0: c kept;
+ * TAIL 1: the chunk state to global memory, a ticket per output, and the
+ * output's last CTA merges the S / K chunk states in tree order (8 at a time)
+ * and writes c (the library's chunk tail without its finaliser). */
+template <int K, int TAIL, int MINB>
+__global__ __launch_bounds__(256 * K, MINB) void ldge(Prob P) {
+    __shared__ float lst[K > 1 ? K / 2 : 1][6][256];
+    __shared__ unsigned ticket;
+    const int nch = P.S / K, o = blockIdx.x / nch, ch = blockIdx.x % nch, t = threadIdx.x, q = t & 255, l = t >> 8;
+    const int pg = __ldg(chunk_row(P, o, ch, K) + l);
+    const float2 *row = (const float2 *)(P.sc + (size_t)pg * 8192);
+    float2 v[8], c[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = __ldcs(row + i * 512 + q), c[i] = __ldcs(row + i * 512 + 256 + q);
+    float m[2], d[2], n[2];
+    seg_state2(v, c, m, d, n);
+#pragma unroll
+    for (int w = 1; w < K; w *= 2) {
+        float *x = &lst[l / (2 * w)][0][0];
+        if (l % (2 * w) == w)
+            for (int j = 0; j < 2; j++) x[j * 256 + q] = m[j], x[(2 + j) * 256 + q] = d[j], x[(4 + j) * 256 + q] = n[j];
+        __syncthreads();
+        if (l % (2 * w) == 0)
+            for (int j = 0; j < 2; j++) kvc_merge(&m[j], &d[j], &n[j], x[j * 256 + q], x[(2 + j) * 256 + q], x[(4 + j) * 256 + q]);
+        __syncthreads();
+    }
+    if (!TAIL) {
+        const float x = KVC_DIV(n[0], d[0]) + KVC_DIV(n[1], d[1]);
+        if (l == 0 && x == 1234.5f) P.out[(size_t)blockIdx.x * 256 + q] = x;
+        return;
+    }
+    float *ws = P.ws + (size_t)o * nch * 1536;
+    if (l == 0)
+        for (int j = 0; j < 2; j++) {
+            float *cs = ws + ch * 1536 + 2 * q + j;
+            cs[0] = m[j], cs[512] = d[j], cs[1024] = n[j];
+        }
+    __threadfence();
+    __syncthreads();
+    if (t == 0) ticket = atomicAdd(P.tk + o, 1u);
+    __syncthreads();
+    if (ticket != (unsigned)nch - 1 || l != 0) return;
+    __threadfence();
+    float M[2] = {0.f, 0.f}, D[2] = {0.f, 0.f}, N[2] = {0.f, 0.f};
+    for (int k0 = 0; k0 < nch; k0 += 8) { /* complete subtrees of 8 (or nch < 8) states, merged left to right */
+        const int nk = nch - k0 < 8 ? nch - k0 : 8;
+        float a[8][6];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (k < nk)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const float *cs = ws + (k0 + k) * 1536 + 2 * q + j;
+                    a[k][j] = __ldcg(cs), a[k][2 + j] = __ldcg(cs + 512), a[k][4 + j] = __ldcg(cs + 1024);
+                }
+#pragma unroll
+        for (int w = 1; w < 8; w *= 2)
+#pragma unroll
+            for (int k = 0; k + w < 8; k += 2 * w)
+                if (k + w < nk)
+                    for (int j = 0; j < 2; j++) kvc_merge(&a[k][j], &a[k][2 + j], &a[k][4 + j], a[k + w][j], a[k + w][2 + j], a[k + w][4 + j]);
+        for (int j = 0; j < 2; j++) {
+            if (k0 == 0) M[j] = a[0][j], D[j] = a[0][2 + j], N[j] = a[0][4 + j];
+            else kvc_merge(&M[j], &D[j], &N[j], a[0][j], a[0][2 + j], a[0][4 + j]);
+        }
+    }
+    P.out[(size_t)o * 512 + 2 * q] = KVC_DIV(N[0], D[0]);
+    P.out[(size_t)o * 512 + 2 * q + 1] = KVC_DIV(N[1], D[1]);
 }
 
 /* One warp per (output, chunk of K segments): K whole-page bulk copies
@@ -271,7 +368,8 @@ static void launch_ring(const Prob &P, int sms) {
     ring<CHAIN, WARPS><<<sms, WARPS * 32, smem>>>(P);
 }
 
-int main() {
+int main(int argc, char **argv) {
+    const bool exact_only = argc > 1 && !strcmp(argv[1], "exact"); /* the ldge variants and their references */
     int sms = 132, l2 = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0);
@@ -283,6 +381,10 @@ int main() {
     CK(cudaMemset(sc, 0, (size_t)total_pages * 8192 * 4));
     CK(cudaMalloc(&out, (size_t)max_tokens * 512 * 4));
     CK(cudaMalloc(&sink, 4));
+    float *ws;
+    unsigned *tk;
+    CK(cudaMalloc(&ws, (size_t)total_pages * 1536 * 4));
+    CK(cudaMalloc(&tk, (size_t)max_tokens * 4));
     int *dtab, *dt2r;
     long long *dbidx, *dpos;
     CK(cudaMalloc(&dtab, total_pages * 4));
@@ -314,12 +416,30 @@ int main() {
                 const double fl =
                     time_us([&] { read_kernel<<<sms * 8, 512>>>((const float4 *)sc, bytes / 16, sink); }, e0, e1);
                 printf("%-7d %-7s %4d %9.1f |", cs.tokens, layout ? "shuffle" : "contig", C, fl);
-                Prob P{sc, dtab, dbidx, dt2r, dpos, ppr, C, S, 0, nout, out};
+                Prob P{sc, dtab, dbidx, dt2r, dpos, ppr, C, S, 0, nout, out, ws, tk};
                 auto run = [&](const char *name, int K, auto fn) {
                     P.K = K;
                     const double t = time_us(fn, e0, e1);
                     printf(" %s/%d %.3f", name, K, t / fl);
                 };
+                if (exact_only) {
+                    auto tz = [&] { cudaMemsetAsync(tk, 0, nout * 4); };
+                    run("L3", 1, [&] { ldg<3, 1><<<nout * S, 256>>>(P); });
+                    if (C == 128) {
+                        run("L3e0", 1, [&] { ldge<1, 0, 4><<<nout * S, 256>>>(P); });
+                        run("L3e0/6x", 1, [&] { ldge<1, 0, 6><<<nout * S, 256>>>(P); });
+                        run("L3e0", 2, [&] { ldge<2, 0, 2><<<nout * S / 2, 512>>>(P); });
+                        run("L3e1", 1, [&] { tz(), ldge<1, 1, 4><<<nout * S, 256>>>(P); });
+                        run("L3e1", 2, [&] { tz(), ldge<2, 1, 2><<<nout * S / 2, 512>>>(P); });
+                    } else {
+                        run("L3e0", 4, [&] { ldge<4, 0, 1><<<nout * S / 4, 1024>>>(P); });
+                        run("L3e1", 4, [&] { tz(), ldge<4, 1, 1><<<nout * S / 4, 1024>>>(P); });
+                    }
+                    run("P3e3", 8, [&] { launch_pages<1, 3>(P); });
+                    printf("\n");
+                    fflush(stdout);
+                    continue;
+                }
                 for (int K : {S / 4, S / 2, S}) {
                     if (K < 1) continue;
                     run("T0", K, [&] { launch_ring<0>(P, sms); });
