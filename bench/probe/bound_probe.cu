@@ -29,7 +29,10 @@
 //                segment arithmetic, lanes merged in shared memory; t = 0: c
 //                kept (no tail), t = 1: chunk states, ticket and the last
 //                CTA's tree merge (the library's chunk tail, no finaliser).
-//                Run with the argument `exact` (only these and references).
+//                L3e2: the tail as release-stored tags per segment and merger
+//                CTAs at the end of the grid (no ticket, no fence in the
+//                segment CTAs).  Run with the argument `exact` (only these
+//                and references).
 //   chain 0: the pages are computed (no index loads): the read method alone;
 //   chain 3: the library's three dependent index loads first.
 // Build: nvcc -O3 -arch=sm_90a -std=c++17 -fmad=false -Isrc/core bench/probe/bound_probe.cu -o bound_probe
@@ -182,6 +185,32 @@ __device__ __forceinline__ void seg_state2(const float2 v[8], const float2 c[8],
     kvc_seg_close(m[1], &d[1], &n[1]);
 }
 
+/* The S segment states of output o (records [S][3][512] at ws, thread q:
+ * dims 2q, 2q+1) merged in tree order, 8 at a time; c to out. */
+__device__ __forceinline__ void merge_states(const Prob &P, const float *ws, int nst, int o, int q) {
+    for (int j = 0; j < 2; j++) { /* one dim at a time: 8 states in 24 registers */
+        float M = 0.f, D = 0.f, N = 0.f;
+        for (int k0 = 0; k0 < nst; k0 += 8) {
+            const int nk = nst - k0 < 8 ? nst - k0 : 8;
+            float a[8][3];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (k < nk) {
+                    const float *cs = ws + (k0 + k) * 1536 + 2 * q + j;
+                    a[k][0] = __ldcg(cs), a[k][1] = __ldcg(cs + 512), a[k][2] = __ldcg(cs + 1024);
+                }
+#pragma unroll
+            for (int w = 1; w < 8; w *= 2)
+#pragma unroll
+                for (int k = 0; k + w < 8; k += 2 * w)
+                    if (k + w < nk) kvc_merge(&a[k][0], &a[k][1], &a[k][2], a[k + w][0], a[k + w][1], a[k + w][2]);
+            if (k0 == 0) M = a[0][0], D = a[0][1], N = a[0][2];
+            else kvc_merge(&M, &D, &N, a[0][0], a[0][1], a[0][2]);
+        }
+        P.out[(size_t)o * 512 + 2 * q + j] = KVC_DIV(N, D);
+    }
+}
+
 /* One CTA of 256 K threads per (output, K-segment chunk), lane l of 256
  * threads = segment l of the chunk: thread q loads dims 2q, 2q+1 of its 8
  * rows (16 8-byte loads at once), then SPEC 3's segment arithmetic; the K
@@ -228,31 +257,45 @@ __global__ __launch_bounds__(256 * K, MINB) void ldge(Prob P) {
     __syncthreads();
     if (ticket != (unsigned)nch - 1 || l != 0) return;
     __threadfence();
-    float M[2] = {0.f, 0.f}, D[2] = {0.f, 0.f}, N[2] = {0.f, 0.f};
-    for (int k0 = 0; k0 < nch; k0 += 8) { /* complete subtrees of 8 (or nch < 8) states, merged left to right */
-        const int nk = nch - k0 < 8 ? nch - k0 : 8;
-        float a[8][6];
+    merge_states(P, ws, nch, o, q);
+}
+
+/* L3e2: L3e0/1 whose CTAs publish their segment state and leave at once: the
+ * 6 state floats of each thread, then its tag word (the call's epoch) by a
+ * release store, no ticket.  CTAs nout S .. + M - 1 of the grid (after every
+ * segment CTA, at most one per SM, so that they cannot crowd the segment
+ * CTAs out) are mergers: merger m takes outputs m, m + M, ..., waits for
+ * each segment's tags (acquire loads), then merges the S states in tree
+ * order and writes c. */
+template <int MINB>
+__global__ __launch_bounds__(256, MINB) void ldgt(Prob P, unsigned epoch, int M) {
+    const int nsegs = P.nout * P.S, q = threadIdx.x;
+    if ((int)blockIdx.x < nsegs) {
+        const int o = blockIdx.x / P.S, ch = blockIdx.x % P.S;
+        const int pg = __ldg(chunk_row(P, o, ch, 1));
+        const float2 *row = (const float2 *)(P.sc + (size_t)pg * 8192);
+        float2 v[8], c[8];
 #pragma unroll
-        for (int k = 0; k < 8; k++)
-            if (k < nk)
-#pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    const float *cs = ws + (k0 + k) * 1536 + 2 * q + j;
-                    a[k][j] = __ldcg(cs), a[k][2 + j] = __ldcg(cs + 512), a[k][4 + j] = __ldcg(cs + 1024);
-                }
-#pragma unroll
-        for (int w = 1; w < 8; w *= 2)
-#pragma unroll
-            for (int k = 0; k + w < 8; k += 2 * w)
-                if (k + w < nk)
-                    for (int j = 0; j < 2; j++) kvc_merge(&a[k][j], &a[k][2 + j], &a[k][4 + j], a[k + w][j], a[k + w][2 + j], a[k + w][4 + j]);
-        for (int j = 0; j < 2; j++) {
-            if (k0 == 0) M[j] = a[0][j], D[j] = a[0][2 + j], N[j] = a[0][4 + j];
-            else kvc_merge(&M[j], &D[j], &N[j], a[0][j], a[0][2 + j], a[0][4 + j]);
-        }
+        for (int i = 0; i < 8; i++) v[i] = __ldcs(row + i * 512 + q), c[i] = __ldcs(row + i * 512 + 256 + q);
+        float m[2], d[2], n[2];
+        seg_state2(v, c, m, d, n);
+        float *rec = P.ws + (size_t)blockIdx.x * 1536 + 2 * q;
+        for (int j = 0; j < 2; j++) rec[j] = m[j], rec[512 + j] = d[j], rec[1024 + j] = n[j];
+        asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(P.tk + (size_t)blockIdx.x * 256 + q), "r"(epoch) : "memory");
+        return;
     }
-    P.out[(size_t)o * 512 + 2 * q] = KVC_DIV(N[0], D[0]);
-    P.out[(size_t)o * 512 + 2 * q + 1] = KVC_DIV(N[1], D[1]);
+    for (int o = blockIdx.x - nsegs; o < P.nout; o += M) {
+        for (int k = 0; k < P.S; k++) {
+            const unsigned *tg = P.tk + ((size_t)o * P.S + k) * 256 + q;
+            for (;;) {
+                unsigned x;
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(x) : "l"(tg) : "memory");
+                if (x == epoch) break;
+                __nanosleep(200);
+            }
+        }
+        merge_states(P, P.ws + (size_t)o * P.S * 1536, P.S, o, q);
+    }
 }
 
 /* One warp per (output, chunk of K segments): K whole-page bulk copies
@@ -384,7 +427,9 @@ int main(int argc, char **argv) {
     float *ws;
     unsigned *tk;
     CK(cudaMalloc(&ws, (size_t)total_pages * 1536 * 4));
-    CK(cudaMalloc(&tk, (size_t)max_tokens * 4));
+    CK(cudaMalloc(&tk, (size_t)total_pages * 1024));
+    CK(cudaMemset(tk, 0, (size_t)total_pages * 1024));
+    unsigned epoch = 0;
     int *dtab, *dt2r;
     long long *dbidx, *dpos;
     CK(cudaMalloc(&dtab, total_pages * 4));
@@ -431,6 +476,10 @@ int main(int argc, char **argv) {
                         run("L3e0", 2, [&] { ldge<2, 0, 2><<<nout * S / 2, 512>>>(P); });
                         run("L3e1", 1, [&] { tz(), ldge<1, 1, 4><<<nout * S, 256>>>(P); });
                         run("L3e1", 2, [&] { tz(), ldge<2, 1, 2><<<nout * S / 2, 512>>>(P); });
+                        const int M = nout < sms ? nout : sms;
+                        run("L3e2/6x", 1, [&] { ldgt<6><<<nout * S + M, 256>>>(P, ++epoch, M); });
+                        run("L3e2/5x", 1, [&] { ldgt<5><<<nout * S + M, 256>>>(P, ++epoch, M); });
+                        run("L3e2/4x", 1, [&] { ldgt<4><<<nout * S + M, 256>>>(P, ++epoch, M); });
                     } else {
                         run("L3e0", 4, [&] { ldge<4, 0, 1><<<nout * S / 4, 1024>>>(P); });
                         run("L3e1", 4, [&] { tz(), ldge<4, 1, 1><<<nout * S / 4, 1024>>>(P); });
