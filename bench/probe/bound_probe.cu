@@ -32,7 +32,8 @@
 //                L3e2: the tail as release-stored tags per segment and merger
 //                CTAs at the end of the grid (no ticket, no fence in the
 //                segment CTAs).  Run with the argument `exact` (only these
-//                and references).
+//                and references).  L3e3: the states stored plainly and
+//                merged by a second kernel (one CTA per output).
 //   chain 0: the pages are computed (no index loads): the read method alone;
 //   chain 3: the library's three dependent index loads first.
 // Build: nvcc -O3 -arch=sm_90a -std=c++17 -fmad=false -Isrc/core bench/probe/bound_probe.cu -o bound_probe
@@ -298,6 +299,26 @@ __global__ __launch_bounds__(256, MINB) void ldgt(Prob P, unsigned epoch, int M)
     }
 }
 
+/* L3e3: L3e0/1 whose CTAs store their segment state and leave (no fence,
+ * no ticket); a second kernel (mrg, one CTA per output) merges the S states
+ * in tree order and writes c after the kernel boundary. */
+template <int MINB>
+__global__ __launch_bounds__(256, MINB) void ldgs(Prob P) {
+    const int o = blockIdx.x / P.S, ch = blockIdx.x % P.S, q = threadIdx.x;
+    const int pg = __ldg(chunk_row(P, o, ch, 1));
+    const float2 *row = (const float2 *)(P.sc + (size_t)pg * 8192);
+    float2 v[8], c[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = __ldcs(row + i * 512 + q), c[i] = __ldcs(row + i * 512 + 256 + q);
+    float m[2], d[2], n[2];
+    seg_state2(v, c, m, d, n);
+    float *rec = P.ws + (size_t)blockIdx.x * 1536 + 2 * q;
+    for (int j = 0; j < 2; j++) rec[j] = m[j], rec[512 + j] = d[j], rec[1024 + j] = n[j];
+}
+__global__ __launch_bounds__(256) void mrg(Prob P) {
+    merge_states(P, P.ws + (size_t)blockIdx.x * P.S * 1536, P.S, blockIdx.x, threadIdx.x);
+}
+
 /* One warp per (output, chunk of K segments): K whole-page bulk copies
  * (32 KiB each) into shared memory, then the wait; as many per SM as fit. */
 template <int CHAIN, int K>
@@ -477,9 +498,11 @@ int main(int argc, char **argv) {
                         run("L3e1", 1, [&] { tz(), ldge<1, 1, 4><<<nout * S, 256>>>(P); });
                         run("L3e1", 2, [&] { tz(), ldge<2, 1, 2><<<nout * S / 2, 512>>>(P); });
                         const int M = nout < sms ? nout : sms;
-                        run("L3e2/6x", 1, [&] { ldgt<6><<<nout * S + M, 256>>>(P, ++epoch, M); });
+                        run("L3e3/6x", 1, [&] { ldgs<6><<<nout * S, 256>>>(P), mrg<<<nout, 256>>>(P); });
+                        run("L3e3/5x", 1, [&] { ldgs<5><<<nout * S, 256>>>(P), mrg<<<nout, 256>>>(P); });
+                        run("L3e3/4x", 1, [&] { ldgs<4><<<nout * S, 256>>>(P), mrg<<<nout, 256>>>(P); });
+                        run("L3e0/5x", 1, [&] { ldge<1, 0, 5><<<nout * S, 256>>>(P); });
                         run("L3e2/5x", 1, [&] { ldgt<5><<<nout * S + M, 256>>>(P, ++epoch, M); });
-                        run("L3e2/4x", 1, [&] { ldgt<4><<<nout * S + M, 256>>>(P, ++epoch, M); });
                     } else {
                         run("L3e0", 4, [&] { ldge<4, 0, 1><<<nout * S / 4, 1024>>>(P); });
                         run("L3e1", 4, [&] { tz(), ldge<4, 1, 1><<<nout * S / 4, 1024>>>(P); });
