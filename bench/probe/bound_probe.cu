@@ -34,6 +34,10 @@
 //                segment CTAs).  Run with the argument `exact` (only these
 //                and references).  L3e3: the states stored plainly and
 //                merged by a second kernel (one CTA per output).
+//   Sx<t>      : one 256-thread CTA per (output, 64-dim slice), warp = two
+//                segments, all loads at once; the warps' states merged in
+//                shared memory; t = 1: c and its sum of squares to global
+//                memory, a ticket per output, the last slice CTA scales c.
 //   chain 0: the pages are computed (no index loads): the read method alone;
 //   chain 3: the library's three dependent index loads first.
 // Build: nvcc -O3 -arch=sm_90a -std=c++17 -fmad=false -Isrc/core bench/probe/bound_probe.cu -o bound_probe
@@ -319,6 +323,65 @@ __global__ __launch_bounds__(256) void mrg(Prob P) {
     merge_states(P, P.ws + (size_t)blockIdx.x * P.S * 1536, P.S, blockIdx.x, threadIdx.x);
 }
 
+/* Sx<t>: one 256-thread CTA per (output, 64-dim slice), C = 128: warp w
+ * loads its two segments 2w, 2w + 1 of the slice (2 dims per lane, 32 loads
+ * at once), reduces them (SPEC 3) and merges them; the 8 warp states merge
+ * in tree order through shared memory, giving c of the slice.  t = 0: c
+ * kept; t = 1: c (256 B) and its sum of squares to global memory, a ticket
+ * per output, and the output's last slice CTA reads the 8 slices' c and
+ * sums, applies the RMS scale and writes the 512 results (the finaliser's
+ * reads and writes without its quantisation). */
+template <int TAIL, int MINB>
+__global__ __launch_bounds__(256, MINB) void slx(Prob P) {
+    __shared__ float xs[8][6][32];
+    const int o = blockIdx.x >> 3, sl = blockIdx.x & 7, t = threadIdx.x, w = t >> 5, l = t & 31;
+    const int *tr = chunk_row(P, o, 0, 0);
+    const int pg0 = __ldg(tr + 2 * w), pg1 = __ldg(tr + 2 * w + 1);
+    float2 v[2][8], c[2][8];
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float2 *r = (const float2 *)(P.sc + (size_t)(k ? pg1 : pg0) * 8192 + i * 1024) + 32 * sl + l;
+            v[k][i] = __ldcs(r), c[k][i] = __ldcs(r + 256);
+        }
+    float m[2], d[2], n[2], mb[2], db[2], nb[2];
+    seg_state2(v[0], c[0], m, d, n);
+    seg_state2(v[1], c[1], mb, db, nb);
+    for (int j = 0; j < 2; j++) kvc_merge(&m[j], &d[j], &n[j], mb[j], db[j], nb[j]);
+#pragma unroll
+    for (int lv = 1; lv < 8; lv *= 2) {
+        if (w % (2 * lv) == lv)
+            for (int j = 0; j < 2; j++) xs[w][j][l] = m[j], xs[w][2 + j][l] = d[j], xs[w][4 + j][l] = n[j];
+        __syncthreads();
+        if (w % (2 * lv) == 0)
+            for (int j = 0; j < 2; j++) kvc_merge(&m[j], &d[j], &n[j], xs[w + lv][j][l], xs[w + lv][2 + j][l], xs[w + lv][4 + j][l]);
+        __syncthreads();
+    }
+    if (w != 0) return;
+    const float c0 = KVC_DIV(n[0], d[0]), c1 = KVC_DIV(n[1], d[1]);
+    if (!TAIL) {
+        if (c0 + c1 == 1234.5f) P.out[(size_t)blockIdx.x * 64 + 2 * l] = c0;
+        return;
+    }
+    float ss = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
+    for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(~0u, ss, k));
+    float *rec = P.ws + (size_t)o * 520;
+    rec[64 * sl + 2 * l] = c0, rec[64 * sl + 2 * l + 1] = c1;
+    if (l == 0) rec[512 + sl] = ss;
+    __threadfence();
+    unsigned tk = 0;
+    if (l == 0) tk = atomicAdd(P.tk + o, 1u);
+    tk = __shfl_sync(~0u, tk, 0);
+    if (tk != 7) return;
+    __threadfence();
+    float s8[8];
+    for (int k = 0; k < 8; k++) s8[k] = __ldcg(rec + 512 + k);
+    const float tot = KVC_ADD(KVC_ADD(KVC_ADD(s8[0], s8[1]), KVC_ADD(s8[2], s8[3])), KVC_ADD(KVC_ADD(s8[4], s8[5]), KVC_ADD(s8[6], s8[7])));
+    const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(tot, 0x1p-9f), 1e-6f)));
+    for (int k = 0; k < 16; k++) P.out[(size_t)o * 512 + 32 * k + l] = KVC_MUL(__ldcg(rec + 32 * k + l), rr);
+}
+
 /* One warp per (output, chunk of K segments): K whole-page bulk copies
  * (32 KiB each) into shared memory, then the wait; as many per SM as fit. */
 template <int CHAIN, int K>
@@ -498,6 +561,10 @@ int main(int argc, char **argv) {
                         run("L3e1", 1, [&] { tz(), ldge<1, 1, 4><<<nout * S, 256>>>(P); });
                         run("L3e1", 2, [&] { tz(), ldge<2, 1, 2><<<nout * S / 2, 512>>>(P); });
                         const int M = nout < sms ? nout : sms;
+                        run("Sx0/4x", 16, [&] { slx<0, 4><<<nout * 8, 256>>>(P); });
+                        run("Sx0/3x", 16, [&] { slx<0, 3><<<nout * 8, 256>>>(P); });
+                        run("Sx1/4x", 16, [&] { tz(), slx<1, 4><<<nout * 8, 256>>>(P); });
+                        run("Sx1/3x", 16, [&] { tz(), slx<1, 3><<<nout * 8, 256>>>(P); });
                         run("L3e3/6x", 1, [&] { ldgs<6><<<nout * S, 256>>>(P), mrg<<<nout, 256>>>(P); });
                         run("L3e3/5x", 1, [&] { ldgs<5><<<nout * S, 256>>>(P), mrg<<<nout, 256>>>(P); });
                         run("L3e3/4x", 1, [&] { ldgs<4><<<nout * S, 256>>>(P), mrg<<<nout, 256>>>(P); });
