@@ -76,10 +76,11 @@ static inline __attribute__((always_inline)) void row_step(const float *restrict
 /* A full segment in ONE pass over the dimensions: the 8 rows' scores and
  * values are 16 independent streams in the same loop (more cache misses in
  * flight than 8 row-by-row passes), and the state stays in registers.  Same
- * operations in the same order as the row-by-row path.  pfs, pfv: the next
- * segment's 8 score and 8 value rows (NULL: none), prefetched into L2 a
- * block of 64 dims ahead of this segment's own progress, spread over its
- * loop instead of in one burst. */
+ * operations in the same order as the row-by-row path.  Per block of 16
+ * dims (one cache line of each row), the 16 rows' lines a block of 64 dims
+ * ahead are prefetched into L1, and pfs, pfv -- the next segment's 8 score
+ * and 8 value rows (NULL: none) -- have this block's line prefetched into
+ * L2: both spread over the loop, one line per stream and block. */
 KVC_CLONES
 __attribute__((noinline)) static void seg_reduce8(const float *const *restrict sr, const float *const *restrict vr,
                                                   const float *const *pfs, const float *const *pfv,
@@ -88,14 +89,22 @@ __attribute__((noinline)) static void seg_reduce8(const float *const *restrict s
     const float *restrict s4 = sr[4], *restrict s5 = sr[5], *restrict s6 = sr[6], *restrict s7 = sr[7];
     const float *restrict v0 = vr[0], *restrict v1 = vr[1], *restrict v2 = vr[2], *restrict v3 = vr[3];
     const float *restrict v4 = vr[4], *restrict v5 = vr[5], *restrict v6 = vr[6], *restrict v7 = vr[7];
-    for (int b = 0; b < D; b += 64) {
+    for (int b = 0; b < D; b += 16) {
+        if (b + 64 < D) {
+            const int a = b + 64;
+            __builtin_prefetch(s0 + a, 0, 3), __builtin_prefetch(s1 + a, 0, 3), __builtin_prefetch(s2 + a, 0, 3);
+            __builtin_prefetch(s3 + a, 0, 3), __builtin_prefetch(s4 + a, 0, 3), __builtin_prefetch(s5 + a, 0, 3);
+            __builtin_prefetch(s6 + a, 0, 3), __builtin_prefetch(s7 + a, 0, 3), __builtin_prefetch(v0 + a, 0, 3);
+            __builtin_prefetch(v1 + a, 0, 3), __builtin_prefetch(v2 + a, 0, 3), __builtin_prefetch(v3 + a, 0, 3);
+            __builtin_prefetch(v4 + a, 0, 3), __builtin_prefetch(v5 + a, 0, 3), __builtin_prefetch(v6 + a, 0, 3);
+            __builtin_prefetch(v7 + a, 0, 3);
+        }
         if (pfs)
-            for (int i = 0; i < KVC_SEG; i++)
-                for (int k = 0; k < 64; k += 16) {
-                    __builtin_prefetch(pfs[i] + b + k, 0, 2);
-                    __builtin_prefetch(pfv[i] + b + k, 0, 2);
-                }
-        for (int d = b; d < b + 64; d++) {
+            for (int i = 0; i < KVC_SEG; i++) {
+                __builtin_prefetch(pfs[i] + b, 0, 2);
+                __builtin_prefetch(pfv[i] + b, 0, 2);
+            }
+        for (int d = b; d < b + 16; d++) {
             float m = s0[d];
             m = kvc_max(m, s1[d]);
             m = kvc_max(m, s2[d]);
