@@ -37,7 +37,10 @@
 //   Sx<t>      : one 256-thread CTA per (output, 64-dim slice), warp = two
 //                segments, all loads at once; the warps' states merged in
 //                shared memory; t = 1: c and its sum of squares to global
-//                memory, a ticket per output, the last slice CTA scales c.
+//                memory, a ticket per output, the last slice CTA scales c;
+//                t = 2: the 8 slice CTAs of an output are a cluster: partial
+//                sums through distributed shared memory, one cluster barrier,
+//                each slice scales its own c, non-finite flags to rank 0.
 //   chain 0: the pages are computed (no index loads): the read method alone;
 //   chain 3: the library's three dependent index loads first.
 // Build: nvcc -O3 -arch=sm_90a -std=c++17 -fmad=false -Isrc/core bench/probe/bound_probe.cu -o bound_probe
@@ -358,6 +361,45 @@ __global__ __launch_bounds__(256, MINB) void slx(Prob P) {
             for (int j = 0; j < 2; j++) kvc_merge(&m[j], &d[j], &n[j], xs[w + lv][j][l], xs[w + lv][2 + j][l], xs[w + lv][4 + j][l]);
         __syncthreads();
     }
+    if (TAIL == 2) { /* the cluster join: every warp waits at the cluster barriers */
+        __shared__ float pss[8];
+        __shared__ int pbad[8];
+        float c0 = 0.f, c1 = 0.f;
+        if (w == 0) {
+            c0 = KVC_DIV(n[0], d[0]), c1 = KVC_DIV(n[1], d[1]);
+            float ss = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
+            for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(~0u, ss, k));
+            if (l < 8) { /* slice sl's partial sum into every rank's pss[sl] */
+                unsigned a = su32(&pss[sl]), ra;
+                asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(l));
+                asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(ra), "f"(ss) : "memory");
+            }
+        }
+        asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+        int bad = 0;
+        if (w == 0) {
+        const float tot = KVC_ADD(KVC_ADD(KVC_ADD(pss[0], pss[1]), KVC_ADD(pss[2], pss[3])),
+                                  KVC_ADD(KVC_ADD(pss[4], pss[5]), KVC_ADD(pss[6], pss[7])));
+        const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(tot, 0x1p-9f), 1e-6f)));
+        const float y0 = KVC_MUL(c0, rr), y1 = KVC_MUL(c1, rr);
+        P.out[(size_t)o * 512 + 64 * sl + 2 * l] = y0, P.out[(size_t)o * 512 + 64 * sl + 2 * l + 1] = y1;
+        bad = __any_sync(~0u, !(y0 == y0) || !(y1 == y1));
+        if (l == 0) { /* the slice's non-finite flag to rank 0, then only rank 0 waits */
+            unsigned a = su32(&pbad[sl]), ra;
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(0));
+            asm volatile("st.shared::cluster.u32 [%0], %1;" ::"r"(ra), "r"(bad) : "memory");
+        }
+        __syncwarp();
+        }
+        asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+        if (sl == 0) {
+            asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+            int any = 0;
+            for (int k = 0; k < 8; k++) any |= pbad[k];
+            if (any && t == 0) P.out[(size_t)o * 512] = 0.f;
+        }
+        return;
+    }
     if (w != 0) return;
     const float c0 = KVC_DIV(n[0], d[0]), c1 = KVC_DIV(n[1], d[1]);
     if (!TAIL) {
@@ -380,6 +422,25 @@ __global__ __launch_bounds__(256, MINB) void slx(Prob P) {
     const float tot = KVC_ADD(KVC_ADD(KVC_ADD(s8[0], s8[1]), KVC_ADD(s8[2], s8[3])), KVC_ADD(KVC_ADD(s8[4], s8[5]), KVC_ADD(s8[6], s8[7])));
     const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(tot, 0x1p-9f), 1e-6f)));
     for (int k = 0; k < 16; k++) P.out[(size_t)o * 512 + 32 * k + l] = KVC_MUL(__ldcg(rec + 32 * k + l), rr);
+}
+
+/* Sx2: slx with the cluster join (clusters of the 8 slice CTAs of an output). */
+static void launch_slx2(const Prob &P, int nout) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(nout * 8);
+    cfg.blockDim = dim3(256);
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = 8, at.val.clusterDim.y = at.val.clusterDim.z = 1;
+    cfg.attrs = &at, cfg.numAttrs = 1;
+    static bool told;
+    if (!told) {
+        int nc = 0;
+        cudaOccupancyMaxActiveClusters(&nc, slx<2, 4>, &cfg);
+        printf(" [Sx2: %d clusters of 8 resident]", nc);
+        told = true;
+    }
+    cudaLaunchKernelEx(&cfg, slx<2, 4>, P);
 }
 
 /* One warp per (output, chunk of K segments): K whole-page bulk copies
@@ -565,6 +626,7 @@ int main(int argc, char **argv) {
                         run("Sx0/3x", 16, [&] { slx<0, 3><<<nout * 8, 256>>>(P); });
                         run("Sx1/4x", 16, [&] { tz(), slx<1, 4><<<nout * 8, 256>>>(P); });
                         run("Sx1/3x", 16, [&] { tz(), slx<1, 3><<<nout * 8, 256>>>(P); });
+                        run("Sx2/4x", 16, [&] { launch_slx2(P, nout); });
                         run("L3e3/6x", 1, [&] { ldgs<6><<<nout * S, 256>>>(P), mrg<<<nout, 256>>>(P); });
                         run("L3e3/5x", 1, [&] { ldgs<5><<<nout * S, 256>>>(P), mrg<<<nout, 256>>>(P); });
                         run("L3e3/4x", 1, [&] { ldgs<4><<<nout * S, 256>>>(P), mrg<<<nout, 256>>>(P); });
