@@ -41,6 +41,10 @@
 //                t = 2: the 8 slice CTAs of an output are a cluster: partial
 //                sums through distributed shared memory, one cluster barrier,
 //                each slice scales its own c, non-finite flags to rank 0.
+//   W2/8       : one cluster of two 512-thread CTAs per output (C = 128),
+//                a CTA = half the window: one segment in registers, seven by
+//                page bulk copies into shared memory, all at once; the
+//                halves joined through distributed shared memory.
 //   chain 0: the pages are computed (no index loads): the read method alone;
 //   chain 3: the library's three dependent index loads first.
 // Build: nvcc -O3 -arch=sm_90a -std=c++17 -fmad=false -Isrc/core bench/probe/bound_probe.cu -o bound_probe
@@ -532,6 +536,102 @@ __global__ __launch_bounds__(512, 1) void pages(Prob P) {
     if (x == 1234.5f) P.out[(size_t)blockIdx.x * 512 + t] = x;
 }
 
+/* W2 (C = 128): one cluster of 2 CTAs (512 threads, one per SM) per output,
+ * rank r = window half r (8 segments, 256 KiB): segment 0 of the half into
+ * registers, segments 1-7 by whole-page bulk copies into 224 KiB of shared
+ * memory, all issued at once; thread t reduces dim t of each segment as it
+ * lands (SPEC 3, binary counter in registers).  Rank 1 leaves its half's
+ * state in its shared memory, one cluster barrier, rank 0 reads it
+ * (distributed shared memory), merges (left, right), and scales c by the RMS
+ * of the 512 dims (block reduction); a second barrier keeps rank 1 alive
+ * until then.  The whole 8k case in one wave, the join on chip. */
+__global__ __launch_bounds__(512, 1) void w2(Prob P) {
+    extern __shared__ __align__(128) unsigned char sm[];
+    __shared__ unsigned long long bar[7];
+    __shared__ float red[16];
+    const int o = blockIdx.x >> 1, rank = blockIdx.x & 1, t = threadIdx.x;
+    const int *tr = chunk_row(P, o, rank, 8);
+    if (t == 0) {
+        for (int s = 0; s < 7; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(bar + s)));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (t < 7) page_fill(sm + t * 32768, P.sc + (size_t)__ldg(tr + 1 + t) * 8192, bar + t);
+    const float *r0 = P.sc + (size_t)__ldg(tr) * 8192;
+    float v[8], c[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = __ldcs(r0 + i * 1024 + t), c[i] = __ldcs(r0 + i * 1024 + 512 + t);
+    float L[3][3], T[3]; /* binary counter: levels 0-2 of (m, d, n) */
+    auto seg = [&](const float *vv, const float *cc, float &m, float &d, float &n) {
+        m = cc[0];
+        for (int i = 1; i < 8; i++) m = kvc_max(m, cc[i]);
+        d = n = 0.f;
+        for (int i = 0; i < 8; i++) kvc_seg_step(m, cc[i], vv[i], &d, &n);
+        kvc_seg_close(m, &d, &n);
+    };
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float S[3];
+        if (j > 0) {
+            probe_wait(bar + j - 1, 0);
+            const float *st = (const float *)(sm + (j - 1) * 32768);
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = st[i * 1024 + t], c[i] = st[i * 1024 + 512 + t];
+        }
+        seg(v, c, S[0], S[1], S[2]);
+        bool carry = true; /* segment j closes the subtrees of its trailing one bits */
+#pragma unroll
+        for (int lv = 0; lv < 3; lv++)
+            if (carry) {
+                if ((j >> lv) & 1) {
+                    kvc_merge(&L[lv][0], &L[lv][1], &L[lv][2], S[0], S[1], S[2]);
+                    S[0] = L[lv][0], S[1] = L[lv][1], S[2] = L[lv][2];
+                } else {
+                    L[lv][0] = S[0], L[lv][1] = S[1], L[lv][2] = S[2];
+                    carry = false;
+                }
+            }
+        if (carry) T[0] = S[0], T[1] = S[1], T[2] = S[2];
+    }
+    float *half = (float *)sm; /* stage 0 (consumed): this half's state [3][512] */
+    __syncthreads();
+    half[t] = T[0], half[512 + t] = T[1], half[1024 + t] = T[2];
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (rank == 0) {
+        unsigned a = su32(half), ra;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(1));
+        float mb, db, nb;
+        asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(mb) : "r"(ra + 4 * t));
+        asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(db) : "r"(ra + 4 * (512 + t)));
+        asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(nb) : "r"(ra + 4 * (1024 + t)));
+        kvc_merge(&T[0], &T[1], &T[2], mb, db, nb);
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (rank != 0) return;
+    const float cc = KVC_DIV(T[2], T[1]);
+    float ss = KVC_MUL(cc, cc);
+    for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(~0u, ss, k));
+    if ((t & 31) == 0) red[t >> 5] = ss;
+    __syncthreads();
+    float tot = 0.f;
+    for (int k = 0; k < 16; k++) tot = KVC_ADD(tot, red[k]);
+    const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(tot, 0x1p-9f), 1e-6f)));
+    P.out[(size_t)o * 512 + t] = KVC_MUL(cc, rr);
+}
+static void launch_w2(const Prob &P, int nout) {
+    static bool set;
+    if (!set) cudaFuncSetAttribute(w2, cudaFuncAttributeMaxDynamicSharedMemorySize, 7 * 32768), set = true;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(nout * 2);
+    cfg.blockDim = dim3(512);
+    cfg.dynamicSmemBytes = 7 * 32768;
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = 2, at.val.clusterDim.y = at.val.clusterDim.z = 1;
+    cfg.attrs = &at, cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, w2, P);
+}
+
 template <int MODE, int NS>
 static void launch_pages(const Prob &P) {
     static bool set;
@@ -627,6 +727,7 @@ int main(int argc, char **argv) {
                         run("Sx1/4x", 16, [&] { tz(), slx<1, 4><<<nout * 8, 256>>>(P); });
                         run("Sx1/3x", 16, [&] { tz(), slx<1, 3><<<nout * 8, 256>>>(P); });
                         run("Sx2/4x", 16, [&] { launch_slx2(P, nout); });
+                        run("W2", 8, [&] { launch_w2(P, nout); });
                         run("L3e3/6x", 1, [&] { ldgs<6><<<nout * S, 256>>>(P), mrg<<<nout, 256>>>(P); });
                         run("L3e3/5x", 1, [&] { ldgs<5><<<nout * S, 256>>>(P), mrg<<<nout, 256>>>(P); });
                         run("L3e3/4x", 1, [&] { ldgs<4><<<nout * S, 256>>>(P), mrg<<<nout, 256>>>(P); });
