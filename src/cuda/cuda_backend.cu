@@ -458,32 +458,8 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);
     if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
-        const int staged = kvc_test_hook("KVC_CUDA_STAGED") && sm_major(dev) >= 9 && P.pl.rows == KVC_SEG &&
-                           (uintptr_t)a->state_cache % 16 == 0 && a->state_stride_block % 4 == 0 &&
-                           a->state_stride_token % 4 == 0;
-        if (staged) {
-            namespace NS = kvc_cuda_d2;
-            constexpr int SK = NS::kSmallStagedK;
-            const kvc_plan_policy sp = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, MAX_CH,
-                                        (long long)ks::kSmallMinb * sm_count(dev), SK, 0};
-            kvc_plan pl2;
-            kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &sp, &pl2);
-            P.pl.small_k = pl2.small_k;
-            P.pl.groups = pl2.groups;
-            void (*k)(const launch_params) =
-                fastnum ? kvc_cuda_d2f::compress_small_kernel<SK, true, KVC_CUDA_SMALL_MINB>
-                        : NS::compress_small_kernel<SK, true, KVC_CUDA_SMALL_MINB>;
-            static int raised[64][2];
-            if (!raised[dev][fastnum]) /* three CTAs of 74 KiB per SM: the whole carveout */
-                cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-            if ((err = raise_smem_once(k, &raised[dev][fastnum], 65536)) != cudaSuccess)
-                return cuda_fail(err, "cudaFuncSetAttribute");
-            k<<<(unsigned)P.pl.groups, ks::kDG, 65536, stream>>>(P);
-        } else if (fastnum) {
-            kvc_cuda_d2f::compress_small_kernel<SMALL_K, false, KVC_CUDA_SMALL_MINB><<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
-        } else {
-            ks::compress_small_kernel<SMALL_K, false, KVC_CUDA_SMALL_MINB><<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
-        }
+        if (fastnum) kvc_cuda_d2f::compress_small_kernel<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
+        else ks::compress_small_kernel<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }

@@ -572,10 +572,6 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     finish(P, inf, st, q, smem);
 }
 
-#if DPT == 2
-#include "cuda_ring.cuh" /* before the one-segment kernel: its staged form uses the ring's copies */
-#endif
-
 #if DPT == 2 /* the one-segment kernel is written for 2 dims per thread */
 /*
  * Windows of one segment (C <= 8, or C <= 4 with overlap: DeepSeek-V4's C4
@@ -589,20 +585,14 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
  */
 #define SMALL_MINB KVC_CUDA_SMALL_MINB
 
-template <int KMAX>
 struct small_rows {
-    long long voff[KMAX * KVC_SEG], soff[KMAX * KVC_SEG];
+    long long voff[SMALL_K * KVC_SEG], soff[SMALL_K * KVC_SEG];
 };
 
-/* STAGED: the outputs' rows come by bulk copies (2 KiB half rows) into two
- * shared-memory stages of one output each ([8 rows][512 values, 512
- * scores]; dynamic shared memory), two outputs ahead, instead of into
- * registers one output ahead; 8 rows per window and 16-byte rows, sm_90. */
-template <int KMAX, bool STAGED, int MINB>
-__global__ void __launch_bounds__(DG, MINB) compress_small_kernel(const launch_params P) {
-    __shared__ small_rows<KMAX> rt; /* rows of output k: 8k .. 8k+7           */
-    __shared__ long long s_slot[KMAX], s_pc[KMAX], s_r[KMAX], s_p[KMAX], s_badg[KMAX];
-    __shared__ int s_ok[KMAX], s_bad[KMAX], s_masked[KMAX];
+__global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const launch_params P) {
+    __shared__ small_rows rt; /* rows of output k: 8k .. 8k+7           */
+    __shared__ long long s_slot[SMALL_K], s_pc[SMALL_K], s_r[SMALL_K], s_p[SMALL_K], s_badg[SMALL_K];
+    __shared__ int s_ok[SMALL_K], s_bad[SMALL_K], s_masked[SMALL_K];
     __shared__ float cbufs[2][512 + 8]; /* c and the finaliser's scratch, alternating per output */
     const kvc_args &a = P.a;
     const int q = threadIdx.x;
@@ -682,75 +672,7 @@ __global__ void __launch_bounds__(DG, MINB) compress_small_kernel(const launch_p
     int written = 0, nonfinite = 0; /* thread 0's counts (bad: thread 0's return) */
     int k = next_live(0);
     seg_data x;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if constexpr (STAGED) {
-        extern __shared__ __align__(128) float stg[]; /* [2][8][1024] */
-        __shared__ unsigned long long sbar[2];
-        if (q == 0) {
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ring_su32(&sbar[0])));
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(ring_su32(&sbar[1])));
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
-        __syncthreads();
-        /* warp 0: output kk's unmasked half rows into stage sg */
-        auto fill = [&](int sg, int kk) {
-            unsigned nrow = 0;
-            for (int i = 0; i < KVC_SEG; i++) nrow += rt.voff[kk * KVC_SEG + i] >= 0;
-            if (q == 0) ring_expect(&sbar[sg], nrow * 4096u);
-            __syncwarp();
-            const int i = q & 7, h = q >> 3;
-            const long long off = h ? rt.soff[kk * KVC_SEG + i] : rt.voff[kk * KVC_SEG + i];
-            if (q < 16 && rt.voff[kk * KVC_SEG + i] >= 0)
-                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 2048, [%2];" ::"r"(
-                                 ring_su32(stg + sg * 8192 + i * 1024 + h * 512)),
-                             "l"(a.state_cache + off), "r"(ring_su32(&sbar[sg]))
-                             : "memory");
-        };
-        int k1 = k < kn ? next_live(k + 1) : kn;
-        if (q < 32) {
-            if (k < kn) fill(0, k);
-            if (k1 < kn) fill(1, k1);
-        }
-        for (int j = 0; k < kn; j++) {
-            const int sg = j & 1;
-            float *cbuf = cbufs[sg];
-            fin_load_cos_sin(P, s_pc[k], q, f);
-            ring_wait(&sbar[sg], (unsigned)(j >> 1) & 1u);
-            const float2 *sv = reinterpret_cast<const float2 *>(stg + sg * 8192);
-#pragma unroll
-            for (int i = 0; i < KVC_SEG; i++) {
-                if (rt.voff[k * KVC_SEG + i] >= 0) {
-                    const float2 v = sv[i * 512 + q], c = sv[i * 512 + 256 + q];
-                    x.v[i][0] = v.x, x.v[i][1] = v.y, x.s[i][0] = c.x, x.s[i][1] = c.y;
-                } else {
-                    x.v[i][0] = x.v[i][1] = 0.0f;
-                    x.s[i][0] = x.s[i][1] = KVC_NEG_INF;
-                }
-            }
-            const stv st = seg_compute(x, KVC_SEG);
-#pragma unroll
-            for (int jj = 0; jj < DPT; jj++) cbuf[DPT * q + jj] = KVC_DIV(st.n[jj], st.d[jj]);
-            __syncthreads(); /* stage sg read by every thread; c of output k complete */
-            const int k2 = k1 < kn ? next_live(k1 + 1) : kn;
-            if (q < 32 && k2 < kn) {
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                fill(sg, k2);
-            }
-            if (q < 128) {
-                float c[4];
-#pragma unroll
-                for (int jj = 0; jj < 4; jj++) c[jj] = cbuf[4 * q + jj];
-                const int bad = finalize(P, s_slot[k], c, q, cbuf + 512, f);
-                written++;
-                nonfinite += bad;
-            }
-            k = k1;
-            k1 = k2;
-        }
-        k = kn; /* the register loop below runs no output */
-    }
-#endif
-    if (!STAGED && k < kn) load(k, x);
+    if (k < kn) load(k, x);
     for (int b = 0; k < kn; b ^= 1) {
         float *cbuf = cbufs[b]; /* last used two outputs ago: every thread passed a barrier since */
         fin_load_cos_sin(P, s_pc[k], q, f);
@@ -779,6 +701,7 @@ __global__ void __launch_bounds__(DG, MINB) compress_small_kernel(const launch_p
 #endif
 
 #if DPT == 2
+#include "cuda_ring.cuh"
 #if !FASTNUM
 #include "cuda_burst.cuh"
 #endif
@@ -788,7 +711,6 @@ __global__ void __launch_bounds__(DG, MINB) compress_small_kernel(const launch_p
 constexpr int kDG = DG, kMaxLanes = MAX_LANES, kTreeMax = TREE_MAX;
 #if DPT == 2
 constexpr int kSmallK = SMALL_K, kSmallMinb = SMALL_MINB;
-constexpr int kSmallStagedK = 32; /* staged one-segment kernel: outputs per CTA (static shared memory) */
 #undef SMALL_MINB
 #endif
 #undef DG
