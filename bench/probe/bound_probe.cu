@@ -223,6 +223,16 @@ __device__ __forceinline__ void merge_states(const Prob &P, const float *ws, int
     }
 }
 
+/* Page pg's segment state of dims 2q, 2q + 1: its 16 loads at once, then
+ * SPEC 3's arithmetic. */
+__device__ __forceinline__ void page_state2(const Prob &P, int pg, int q, float m[2], float d[2], float n[2]) {
+    const float2 *row = (const float2 *)(P.sc + (size_t)pg * 8192);
+    float2 v[8], c[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = __ldcs(row + i * 512 + q), c[i] = __ldcs(row + i * 512 + 256 + q);
+    seg_state2(v, c, m, d, n);
+}
+
 /* One CTA of 256 K threads per (output, K-segment chunk), lane l of 256
  * threads = segment l of the chunk: thread q loads dims 2q, 2q+1 of its 8
  * rows (16 8-byte loads at once), then SPEC 3's segment arithmetic; the K
@@ -236,12 +246,8 @@ __global__ __launch_bounds__(256 * K, MINB) void ldge(Prob P) {
     __shared__ unsigned ticket;
     const int nch = P.S / K, o = blockIdx.x / nch, ch = blockIdx.x % nch, t = threadIdx.x, q = t & 255, l = t >> 8;
     const int pg = __ldg(chunk_row(P, o, ch, K) + l);
-    const float2 *row = (const float2 *)(P.sc + (size_t)pg * 8192);
-    float2 v[8], c[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = __ldcs(row + i * 512 + q), c[i] = __ldcs(row + i * 512 + 256 + q);
     float m[2], d[2], n[2];
-    seg_state2(v, c, m, d, n);
+    page_state2(P, pg, q, m, d, n);
 #pragma unroll
     for (int w = 1; w < K; w *= 2) {
         float *x = &lst[l / (2 * w)][0][0];
@@ -272,6 +278,17 @@ __global__ __launch_bounds__(256 * K, MINB) void ldge(Prob P) {
     merge_states(P, ws, nch, o, q);
 }
 
+/* Segment ch of output o (one page), thread q = dims 2q, 2q + 1: its 16
+ * loads at once, SPEC 3's segment state, stored plainly at record
+ * o S + ch of P.ws ([3][512] floats). */
+__device__ __forceinline__ void seg_state_store(const Prob &P, int o, int ch, int q) {
+    const int pg = __ldg(chunk_row(P, o, ch, 1));
+    float m[2], d[2], n[2];
+    page_state2(P, pg, q, m, d, n);
+    float *rec = P.ws + ((size_t)o * P.S + ch) * 1536 + 2 * q;
+    for (int j = 0; j < 2; j++) rec[j] = m[j], rec[512 + j] = d[j], rec[1024 + j] = n[j];
+}
+
 /* L3e2: L3e0/1 whose CTAs publish their segment state and leave at once: the
  * 6 state floats of each thread, then its tag word (the call's epoch) by a
  * release store, no ticket.  CTAs nout S .. + M - 1 of the grid (after every
@@ -284,15 +301,7 @@ __global__ __launch_bounds__(256, MINB) void ldgt(Prob P, unsigned epoch, int M)
     const int nsegs = P.nout * P.S, q = threadIdx.x;
     if ((int)blockIdx.x < nsegs) {
         const int o = blockIdx.x / P.S, ch = blockIdx.x % P.S;
-        const int pg = __ldg(chunk_row(P, o, ch, 1));
-        const float2 *row = (const float2 *)(P.sc + (size_t)pg * 8192);
-        float2 v[8], c[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = __ldcs(row + i * 512 + q), c[i] = __ldcs(row + i * 512 + 256 + q);
-        float m[2], d[2], n[2];
-        seg_state2(v, c, m, d, n);
-        float *rec = P.ws + (size_t)blockIdx.x * 1536 + 2 * q;
-        for (int j = 0; j < 2; j++) rec[j] = m[j], rec[512 + j] = d[j], rec[1024 + j] = n[j];
+        seg_state_store(P, o, ch, q);
         asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(P.tk + (size_t)blockIdx.x * 256 + q), "r"(epoch) : "memory");
         return;
     }
@@ -316,15 +325,7 @@ __global__ __launch_bounds__(256, MINB) void ldgt(Prob P, unsigned epoch, int M)
 template <int MINB>
 __global__ __launch_bounds__(256, MINB) void ldgs(Prob P) {
     const int o = blockIdx.x / P.S, ch = blockIdx.x % P.S, q = threadIdx.x;
-    const int pg = __ldg(chunk_row(P, o, ch, 1));
-    const float2 *row = (const float2 *)(P.sc + (size_t)pg * 8192);
-    float2 v[8], c[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = __ldcs(row + i * 512 + q), c[i] = __ldcs(row + i * 512 + 256 + q);
-    float m[2], d[2], n[2];
-    seg_state2(v, c, m, d, n);
-    float *rec = P.ws + (size_t)blockIdx.x * 1536 + 2 * q;
-    for (int j = 0; j < 2; j++) rec[j] = m[j], rec[512 + j] = d[j], rec[1024 + j] = n[j];
+    seg_state_store(P, o, ch, q);
 }
 __global__ __launch_bounds__(256) void mrg(Prob P) {
     merge_states(P, P.ws + (size_t)blockIdx.x * P.S * 1536, P.S, blockIdx.x, threadIdx.x);

@@ -24,12 +24,9 @@
 static int g_nseg = 1; /* distinct 8-row segments cycled: 1 = every operand in L1 */
 static int g_ahead = 0; /* avx512pf: the segment this many ahead prefetched into L2 (0: none) */
 
-#define BODY                                                                                                 \
-    const float *restrict s0 = s[0], *restrict s1 = s[1], *restrict s2 = s[2], *restrict s3 = s[3];          \
-    const float *restrict s4 = s[4], *restrict s5 = s[5], *restrict s6 = s[6], *restrict s7 = s[7];          \
-    const float *restrict v0 = v[0], *restrict v1 = v[1], *restrict v2 = v[2], *restrict v3 = v[3];          \
-    const float *restrict v4 = v[4], *restrict v5 = v[5], *restrict v6 = v[6], *restrict v7 = v[7];          \
-    for (int d = 0; d < D; d++) {                                                                            \
+/* The segment step over dims [lo, hi) of the 16 named row streams. */
+#define DIMS(lo, hi)                                                                                         \
+    for (int d = (lo); d < (hi); d++) {                                                                      \
         float m = s0[d];                                                                                     \
         m = kvc_max(m, s1[d]);                                                                               \
         m = kvc_max(m, s2[d]);                                                                               \
@@ -52,6 +49,12 @@ static int g_ahead = 0; /* avx512pf: the segment this many ahead prefetched into
         oden[d] = den;                                                                                       \
         onum[d] = num;                                                                                       \
     }
+#define STREAMS                                                                                              \
+    const float *restrict s0 = s[0], *restrict s1 = s[1], *restrict s2 = s[2], *restrict s3 = s[3];          \
+    const float *restrict s4 = s[4], *restrict s5 = s[5], *restrict s6 = s[6], *restrict s7 = s[7];          \
+    const float *restrict v0 = v[0], *restrict v1 = v[1], *restrict v2 = v[2], *restrict v3 = v[3];          \
+    const float *restrict v4 = v[4], *restrict v5 = v[5], *restrict v6 = v[6], *restrict v7 = v[7];
+#define BODY STREAMS DIMS(0, D)
 #define DEFINE_SEG(NAME, TARGET)                                                                             \
     __attribute__((noinline, target(TARGET))) static void NAME(const float *const *restrict s,             \
                                                                const float *const *restrict v,             \
@@ -66,38 +69,13 @@ DEFINE_SEG(seg_avx2, "avx2")
 #undef BODY
 #define PF(r) __builtin_prefetch(r + d + 64, 0, 3)
 #define BODY_PF                                                                                              \
-    const float *restrict s0 = s[0], *restrict s1 = s[1], *restrict s2 = s[2], *restrict s3 = s[3];          \
-    const float *restrict s4 = s[4], *restrict s5 = s[5], *restrict s6 = s[6], *restrict s7 = s[7];          \
-    const float *restrict v0 = v[0], *restrict v1 = v[1], *restrict v2 = v[2], *restrict v3 = v[3];          \
-    const float *restrict v4 = v[4], *restrict v5 = v[5], *restrict v6 = v[6], *restrict v7 = v[7];          \
+    STREAMS                                                                                                  \
     for (int b = 0; b < D; b += 16) {                                                                        \
         { const int d = b; PF(s0); PF(s1); PF(s2); PF(s3); PF(s4); PF(s5); PF(s6); PF(s7);                    \
           PF(v0); PF(v1); PF(v2); PF(v3); PF(v4); PF(v5); PF(v6); PF(v7); }                                   \
         if (pf)                                                                                              \
             for (int i = 0; i < 16; i++) __builtin_prefetch(pf[i] + b, 0, 2);                                \
-        for (int d = b; d < b + 16; d++) {                                                                   \
-            float m = s0[d];                                                                                 \
-            m = kvc_max(m, s1[d]);                                                                           \
-            m = kvc_max(m, s2[d]);                                                                           \
-            m = kvc_max(m, s3[d]);                                                                           \
-            m = kvc_max(m, s4[d]);                                                                           \
-            m = kvc_max(m, s5[d]);                                                                           \
-            m = kvc_max(m, s6[d]);                                                                           \
-            m = kvc_max(m, s7[d]);                                                                           \
-            float den = 0.0f, num = 0.0f;                                                                    \
-            kvc_seg_step(m, s0[d], v0[d], &den, &num);                                                       \
-            kvc_seg_step(m, s1[d], v1[d], &den, &num);                                                       \
-            kvc_seg_step(m, s2[d], v2[d], &den, &num);                                                       \
-            kvc_seg_step(m, s3[d], v3[d], &den, &num);                                                       \
-            kvc_seg_step(m, s4[d], v4[d], &den, &num);                                                       \
-            kvc_seg_step(m, s5[d], v5[d], &den, &num);                                                       \
-            kvc_seg_step(m, s6[d], v6[d], &den, &num);                                                       \
-            kvc_seg_step(m, s7[d], v7[d], &den, &num);                                                       \
-            kvc_seg_close(m, &den, &num);                                                                    \
-            om[d] = m;                                                                                       \
-            oden[d] = den;                                                                                   \
-            onum[d] = num;                                                                                   \
-        }                                                                                                    \
+        DIMS(b, b + 16)                                                                                      \
     }
 #define BODY BODY_PF
 DEFINE_SEG(seg_avx512_pf, "avx512f")
