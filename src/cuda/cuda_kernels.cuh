@@ -676,17 +676,9 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     for (int b = 0; k < kn; b ^= 1) {
         float *cbuf = cbufs[b]; /* last used two outputs ago: every thread passed a barrier since */
         fin_load_cos_sin(P, s_pc[k], q, f);
+        const stv st = seg_compute(x, rows);
         const int kk = next_live(k + 1);
-        stv st;
-        if (rows == KVC_SEG && kk < kn && P.pl.vec && !s_masked[kk]) {
-            /* the next output's row i loaded as soon as this output's row i
-             * is consumed (seg_compute_roll): in flight during the rest of
-             * the reduction and the finalisation */
-            st = seg_compute_roll<true, true>(P, &rt, kk * KVC_SEG, q, x);
-        } else {
-            st = seg_compute(x, rows);
-            if (kk < kn) load(kk, x); /* in flight while k finalises */
-        }
+        if (kk < kn) load(kk, x); /* in flight while k finalises */
 #pragma unroll
         for (int j = 0; j < DPT; j++) cbuf[DPT * q + j] = KVC_DIV(st.n[j], st.d[j]);
         __syncthreads();
