@@ -90,15 +90,11 @@ __attribute__((noinline)) static void seg_reduce8(const float *const *restrict s
     const float *restrict v0 = vr[0], *restrict v1 = vr[1], *restrict v2 = vr[2], *restrict v3 = vr[3];
     const float *restrict v4 = vr[4], *restrict v5 = vr[5], *restrict v6 = vr[6], *restrict v7 = vr[7];
     for (int b = 0; b < D; b += 16) {
-        if (b + 64 < D) {
-            const int a = b + 64;
-            __builtin_prefetch(s0 + a, 0, 3), __builtin_prefetch(s1 + a, 0, 3), __builtin_prefetch(s2 + a, 0, 3);
-            __builtin_prefetch(s3 + a, 0, 3), __builtin_prefetch(s4 + a, 0, 3), __builtin_prefetch(s5 + a, 0, 3);
-            __builtin_prefetch(s6 + a, 0, 3), __builtin_prefetch(s7 + a, 0, 3), __builtin_prefetch(v0 + a, 0, 3);
-            __builtin_prefetch(v1 + a, 0, 3), __builtin_prefetch(v2 + a, 0, 3), __builtin_prefetch(v3 + a, 0, 3);
-            __builtin_prefetch(v4 + a, 0, 3), __builtin_prefetch(v5 + a, 0, 3), __builtin_prefetch(v6 + a, 0, 3);
-            __builtin_prefetch(v7 + a, 0, 3);
-        }
+        if (b + 64 < D)
+            for (int i = 0; i < KVC_SEG; i++) {
+                __builtin_prefetch(sr[i] + b + 64, 0, 3);
+                __builtin_prefetch(vr[i] + b + 64, 0, 3);
+            }
         if (pfs)
             for (int i = 0; i < KVC_SEG; i++) {
                 __builtin_prefetch(pfs[i] + b, 0, 2);
