@@ -18,7 +18,7 @@
 #define KVC_CUDA_MAXCHUNKS 8
 /* lanes per CTA at 2 dims per thread (1 lane at 3-4 CTAs/SM was slower at 131k tokens) */
 #define KVC_CUDA_LANES 2
-/* one-segment kernel: resident CTAs per SM (4 was better at 4 x 131072 tokens, worse at 4 x 32768) */
+/* one-segment kernel: resident CTAs per SM (4, with SMALL_K 96, was slower at every C4 size) */
 #define KVC_CUDA_SMALL_MINB 3
 /* one-segment kernel: outputs per CTA at most (K is balanced over whole waves
  * per call; 96 puts 4 x 131072 C4 tokens in one wave of K = 83, faster than
