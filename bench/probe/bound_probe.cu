@@ -430,14 +430,21 @@ __global__ __launch_bounds__(256, MINB) void slx(Prob P) {
 }
 
 /* Sx2: slx with the cluster join (clusters of the 8 slice CTAs of an output). */
-static void launch_slx2(const Prob &P, int nout) {
+/* A launch of `blocks` CTAs of `threads` in clusters of n (at: its attribute). */
+static cudaLaunchConfig_t cluster_cfg(int blocks, int threads, size_t smem, unsigned n, cudaLaunchAttribute *at) {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(nout * 8);
-    cfg.blockDim = dim3(256);
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    at->id = cudaLaunchAttributeClusterDimension;
+    at->val.clusterDim.x = n, at->val.clusterDim.y = at->val.clusterDim.z = 1;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    return cfg;
+}
+
+static void launch_slx2(const Prob &P, int nout) {
     cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = 8, at.val.clusterDim.y = at.val.clusterDim.z = 1;
-    cfg.attrs = &at, cfg.numAttrs = 1;
+    cudaLaunchConfig_t cfg = cluster_cfg(nout * 8, 256, 0, 8, &at);
     static bool told;
     if (!told) {
         int nc = 0;
@@ -622,14 +629,8 @@ __global__ __launch_bounds__(512, 1) void w2(Prob P) {
 static void launch_w2(const Prob &P, int nout) {
     static bool set;
     if (!set) cudaFuncSetAttribute(w2, cudaFuncAttributeMaxDynamicSharedMemorySize, 7 * 32768), set = true;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(nout * 2);
-    cfg.blockDim = dim3(512);
-    cfg.dynamicSmemBytes = 7 * 32768;
     cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = 2, at.val.clusterDim.y = at.val.clusterDim.z = 1;
-    cfg.attrs = &at, cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = cluster_cfg(nout * 2, 512, 7 * 32768, 2, &at);
     cudaLaunchKernelEx(&cfg, w2, P);
 }
 
