@@ -485,9 +485,18 @@ static void launch_bulk(const Prob &P) {
 }
 
 /* Thread 0: a whole page (32 KiB) into a stage, completing on bar. */
+__device__ int g_ef; /* page_fill's L2 policy: 0 the default (evict-normal), 1 evict-first */
 __device__ __forceinline__ void page_fill(unsigned char *dst, const float *src, unsigned long long *bar) {
     probe_expect(bar, 32768);
-    probe_copy(dst, src, 32768, bar);
+    if (g_ef) {
+        unsigned long long pol;
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], 32768, [%2], %3;" ::"r"(
+                         su32(dst)),
+                     "l"(src), "r"(su32(bar)), "l"(pol)
+                     : "memory");
+    } else
+        probe_copy(dst, src, 32768, bar);
 }
 
 /* One 512-thread CTA per (output, CH-segment chunk): NS stages of one whole
@@ -642,6 +651,257 @@ static void launch_pages(const Prob &P) {
     pages<MODE, NS><<<P.nout * (P.S / P.K), 512, NS * 32768>>>(P);
 }
 
+
+/* PJ<log2 S, NS, MINB, JOIN> (windows of S = 2^log2S full segments): G
+ * persistent 512-thread CTAs (MINB per SM), CTA g owns the global segments
+ * [g T / G, (g + 1) T / G) of the T = nout S segments in output order (its
+ * page ids resolved into shared memory first), streamed by whole-page bulk
+ * copies through NS stages; thread t reduces dim t, the states going into a
+ * register binary counter on absolute positions.  A window wholly inside a
+ * CTA is scaled there (c times its RMS factor, the order of slx<1>'s sums);
+ * a window cut by CTA boundaries leaves each piece's maximal subtrees in the
+ * workspace by boundary (the head piece's "right" blocks at boundary g, the
+ * tail piece's pending "left" blocks at boundary g + 1), and the last piece
+ * to take its ticket merges all blocks in position order and scales.  JOIN
+ * 0: the blocks are written, no ticket, no merge. */
+#define PJ_MAXR 256
+__global__ void fill_rand(float *p, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned h = (unsigned)i * 2654435761u;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        const float u = (h >> 8) * 0x1p-24f; /* [0, 1) */
+        p[i] = (i & 512) ? 8.f * u - 4.f : 4.f * u - 2.f; /* scores in [-4, 4), values in [-2, 2) */
+    }
+}
+__device__ __forceinline__ void pj_scale(float *out, int o, float n, float d, float *red, int t) {
+    const float c = KVC_DIV(n, d);
+    float x = KVC_MUL(c, c);
+    x = KVC_ADD(x, __shfl_xor_sync(~0u, x, 1));
+    for (int k = 2; k < 32; k <<= 1) x = KVC_ADD(x, __shfl_xor_sync(~0u, x, k));
+    __syncthreads();
+    if ((t & 31) == 0) red[t >> 5] = x;
+    __syncthreads();
+    float s8[8];
+    for (int k = 0; k < 8; k++) s8[k] = KVC_ADD(red[2 * k], red[2 * k + 1]);
+    const float tot = KVC_ADD(KVC_ADD(KVC_ADD(s8[0], s8[1]), KVC_ADD(s8[2], s8[3])),
+                              KVC_ADD(KVC_ADD(s8[4], s8[5]), KVC_ADD(s8[6], s8[7])));
+    const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(tot, 0x1p-9f), 1e-6f)));
+    out[(size_t)o * 512 + t] = KVC_MUL(c, rr);
+}
+/* Boundary b's inner-ness: CTA b starts at T b / G. */
+__device__ __forceinline__ long long pj_start(long long T, int b, int G) { return T * b / G; }
+
+/* The merge of block Y (level L0, index i at that level) into the binary
+ * counter stk (levels 0 .. NL - 1); the root into R when it closes. */
+template <int NL>
+__device__ __forceinline__ void pj_push(float (&stk)[NL][3], float Y0, float Y1, float Y2, int L0, int i, float &R1,
+                                        float &R2) {
+    bool cy = true;
+#pragma unroll
+    for (int L = 0; L < NL; L++)
+        if (cy && L >= L0) {
+            if (i & 1) {
+                kvc_merge(&stk[L][0], &stk[L][1], &stk[L][2], Y0, Y1, Y2);
+                Y0 = stk[L][0], Y1 = stk[L][1], Y2 = stk[L][2];
+                i >>= 1;
+            } else {
+                stk[L][0] = Y0, stk[L][1] = Y1, stk[L][2] = Y2;
+                cy = false;
+            }
+        }
+    if (cy) R1 = Y1, R2 = Y2;
+}
+#define PJ_MAXJ 512
+template <int LOG2S, int NS, int MINB, int JOIN>
+__global__ __launch_bounds__(512, MINB) void pj(Prob P, int G, float *out2, int *tg) {
+    constexpr int S = 1 << LOG2S, NL = LOG2S;
+    extern __shared__ __align__(128) unsigned char sm[];
+    __shared__ unsigned long long bar[NS];
+    __shared__ int pg[PJ_MAXR];
+    __shared__ int jt[JOIN == 2 ? PJ_MAXJ : 1];
+    __shared__ float red[16], dred[2][16];
+    __shared__ unsigned flag;
+    const int t = threadIdx.x, g = blockIdx.x;
+    const long long T = (long long)P.nout * S, s0 = pj_start(T, g, G);
+    const int R = (int)(pj_start(T, g + 1, G) - s0);
+    if (t == 0) {
+        for (int s = 0; s < NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(bar + s)));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    for (int j = t; j < R; j += 512) {
+        const long long sg = s0 + j;
+        const int o = (int)(sg >> LOG2S), k = (int)(sg & (S - 1));
+        const long long b = __ldg(P.bidx + o);
+        const int r = __ldg(P.t2r + b);
+        const long long p = __ldg(P.pos + b);
+        pg[j] = __ldg(P.table + (size_t)r * P.tstride + (p - P.C + 1) / 8 + k);
+    }
+    __syncthreads();
+    if (t == 0)
+        for (int s = 0; s < NS && s < R; s++) page_fill(sm + s * 32768, P.sc + (size_t)pg[s] * 8192, bar + s);
+    /* blocks of boundary b, side h (0: left of it, 1: right): [NL][1536] floats; tags [count, (L << 16 | i) x NL] */
+    auto blk = [&](int b, int h, int q) { return P.ws + ((size_t)(b * 2 + h) * NL + q) * 1536; };
+    auto tgs = [&](int b, int h) { return tg + (b * 2 + h) * (NL + 1); };
+    float lv[NL][3], keep = 0.f;
+    unsigned vm = 0;
+    int nright = 0, po = -1, dpar = 0;
+    float pc = 0.f;
+    auto dfinish = [&]() { /* the deferred scale of window po (its sums in dred[dpar ^ 1]) */
+        const float *rd = dred[dpar ^ 1];
+        float s8[8];
+        for (int k = 0; k < 8; k++) s8[k] = KVC_ADD(rd[2 * k], rd[2 * k + 1]);
+        const float tot = KVC_ADD(KVC_ADD(KVC_ADD(s8[0], s8[1]), KVC_ADD(s8[2], s8[3])),
+                                  KVC_ADD(KVC_ADD(s8[4], s8[5]), KVC_ADD(s8[6], s8[7])));
+        const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(tot, 0x1p-9f), 1e-6f)));
+        out2[(size_t)po * 512 + t] = KVC_MUL(pc, rr);
+        po = -1;
+    };
+    for (int j = 0; j < R; j++) {
+        const int s = j % NS;
+        probe_wait(bar + s, (j / NS) & 1u);
+        const float *st = (const float *)(sm + s * 32768);
+        float v[8], c[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = st[i * 1024 + t], c[i] = st[i * 1024 + 512 + t];
+        __syncthreads();
+        if (t == 0 && j + NS < R) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            page_fill(sm + s * 32768, P.sc + (size_t)pg[j + NS] * 8192, bar + s);
+        }
+        if (JOIN == 2 && po >= 0) dfinish();
+        float X0 = c[0], X1 = 0.f, X2 = 0.f;
+#pragma unroll
+        for (int i = 1; i < 8; i++) X0 = kvc_max(X0, c[i]);
+#pragma unroll
+        for (int i = 0; i < 8; i++) kvc_seg_step(X0, c[i], v[i], &X1, &X2);
+        kvc_seg_close(X0, &X1, &X2);
+        const long long sg = s0 + j;
+        const int o = (int)(sg >> LOG2S), k = (int)(sg & (S - 1));
+        if (k == 0 || j == 0) vm = 0;
+        bool carry = true;
+#pragma unroll
+        for (int L = 0; L < NL; L++)
+            if (carry) {
+                if ((k >> L) & 1) {
+                    if ((vm >> L) & 1) {
+                        kvc_merge(&lv[L][0], &lv[L][1], &lv[L][2], X0, X1, X2);
+                        X0 = lv[L][0], X1 = lv[L][1], X2 = lv[L][2];
+                        vm &= ~(1u << L);
+                    } else { /* the left sibling is another CTA's: a right block of boundary g */
+                        if (JOIN) {
+                            float *bp = blk(g, 1, nright);
+                            bp[t] = X0, bp[512 + t] = X1, bp[1024 + t] = X2;
+                            if (t == 0) tgs(g, 1)[1 + nright] = L << 16 | (k >> L);
+                        } else keep += X2;
+                        nright++;
+                        carry = false;
+                    }
+                } else {
+                    lv[L][0] = X0, lv[L][1] = X1, lv[L][2] = X2;
+                    vm |= 1u << L;
+                    carry = false;
+                }
+            }
+        if (carry) { /* the whole window was here */
+            if (JOIN == 0) keep += KVC_DIV(X2, X1);
+            else if (JOIN == 1) pj_scale(out2, o, X2, X1, red, t);
+            else { /* deferred: the warp sums now, the rest after the next page's barrier */
+                pc = KVC_DIV(X2, X1);
+                float x = KVC_MUL(pc, pc);
+                x = KVC_ADD(x, __shfl_xor_sync(~0u, x, 1));
+                for (int q = 2; q < 32; q <<= 1) x = KVC_ADD(x, __shfl_xor_sync(~0u, x, q));
+                if ((t & 31) == 0) dred[dpar][t >> 5] = x;
+                dpar ^= 1;
+                po = o;
+            }
+            continue;
+        }
+        if (k != S - 1 && j != R - 1) continue;
+        if (!JOIN) {
+#pragma unroll
+            for (int L = 0; L < NL; L++) keep += (vm >> L) & 1 ? lv[L][2] : 0.f;
+            continue;
+        }
+        /* the piece ends and its window is cut: pending lefts, then the join */
+        if (j == R - 1 && k != S - 1) {
+            int q = 0;
+#pragma unroll
+            for (int L = NL - 1; L >= 0; L--)
+                if ((vm >> L) & 1) {
+                    float *bp = blk(g + 1, 0, q);
+                    bp[t] = lv[L][0], bp[512 + t] = lv[L][1], bp[1024 + t] = lv[L][2];
+                    if (t == 0) tgs(g + 1, 0)[1 + q] = L << 16 | ((k >> L) & ~1); /* a left child */
+                    q++;
+                }
+            if (t == 0) tgs(g + 1, 0)[0] = q;
+        }
+        if (t == 0 && sg - j > (long long)o * S) tgs(g, 1)[0] = nright; /* this piece began at boundary g */
+        nright = 0;
+        /* inner boundaries of o: lo .. hi */
+        const long long w0 = (long long)o * S, w1 = w0 + S;
+        int lo = (int)(w0 * G / T);
+        if (lo < 1) lo = 1;
+        while (pj_start(T, lo, G) <= w0) lo++;
+        int hi = lo;
+        while (hi + 1 < G && pj_start(T, hi + 1, G) < w1) hi++;
+        __threadfence();
+        __syncthreads();
+        if (t == 0) flag = atomicAdd(P.tk + o, 1u) == (unsigned)(hi - lo + 1);
+        __syncthreads();
+        if (!flag) continue;
+        __threadfence();
+        float stk[NL][3], R1 = 0.f, R2 = 0.f;
+        if (JOIN == 1) {
+            for (int b = lo; b <= hi; b++)
+                for (int h = 0; h < 2; h++) {
+                    const int *tq = tgs(b, h);
+                    const int cnt = __ldcg(tq);
+                    for (int q = 0; q < cnt; q++) {
+                        const int tag = __ldcg(tq + 1 + q);
+                        const float *bp = blk(b, h, q);
+                        pj_push<NL>(stk, __ldcg(bp + t), __ldcg(bp + 512 + t), __ldcg(bp + 1024 + t), tag >> 16,
+                                    tag & 0xFFFF, R1, R2);
+                    }
+                }
+        } else { /* every tag in one round, then the blocks 4 at a time */
+            const int nsd = (hi - lo + 1) * 2, nt = nsd * (NL + 1);
+            for (int i = t; i < nt; i += 512) jt[i] = __ldcg(tg + lo * 2 * (NL + 1) + i);
+            __syncthreads();
+            int sd = 0, q = 0;
+            while (sd < nsd) {
+                const float *bp[4];
+                int tag[4], nb = 0;
+                while (nb < 4 && sd < nsd) {
+                    if (q < jt[sd * (NL + 1)]) {
+                        bp[nb] = blk(lo + (sd >> 1), sd & 1, q), tag[nb] = jt[sd * (NL + 1) + 1 + q];
+                        nb++, q++;
+                    } else sd++, q = 0;
+                }
+                float Y[4][3];
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (u < nb) Y[u][0] = __ldcg(bp[u] + t), Y[u][1] = __ldcg(bp[u] + 512 + t), Y[u][2] = __ldcg(bp[u] + 1024 + t);
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (u < nb) pj_push<NL>(stk, Y[u][0], Y[u][1], Y[u][2], tag[u] >> 16, tag[u] & 0xFFFF, R1, R2);
+            }
+        }
+        pj_scale(out2, o, R2, R1, red, t);
+    }
+    if (JOIN == 2 && po >= 0) {
+        __syncthreads();
+        dfinish();
+    }
+    if (JOIN == 0 && keep == 1234.5f) out2[t] = keep;
+}
+template <int LOG2S, int NS, int MINB, int JOIN>
+static void launch_pj(const Prob &P, int G, float *out2, int *tg) {
+    static bool set;
+    auto k = pj<LOG2S, NS, MINB, JOIN>;
+    if (!set) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, NS * 32768), set = true;
+    k<<<G, 512, NS * 32768>>>(P, G, out2, tg);
+}
+
 static char *g_flush;
 static size_t g_fl;
 template <class F>
@@ -660,6 +920,7 @@ static void launch_ring(const Prob &P, int sms) {
 
 int main(int argc, char **argv) {
     const bool exact_only = argc > 1 && !strcmp(argv[1], "exact"); /* the ldge variants and their references */
+    const bool join_only = argc > 1 && !strcmp(argv[1], "join");   /* the PJ variants and their references */
     int sms = 132, l2 = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0);
@@ -669,6 +930,12 @@ int main(int argc, char **argv) {
     float *sc, *out, *sink;
     CK(cudaMalloc(&sc, (size_t)total_pages * 8192 * 4));
     CK(cudaMemset(sc, 0, (size_t)total_pages * 8192 * 4));
+    if (join_only) fill_rand<<<4096, 256>>>(sc, (size_t)total_pages * 8192);
+    float *out2a, *out2b;
+    int *tg;
+    CK(cudaMalloc(&out2a, (size_t)max_tokens * 512 * 4));
+    CK(cudaMalloc(&out2b, (size_t)max_tokens * 512 * 4));
+    CK(cudaMalloc(&tg, 4096 * 4));
     CK(cudaMalloc(&out, (size_t)max_tokens * 512 * 4));
     CK(cudaMalloc(&sink, 4));
     float *ws;
@@ -714,6 +981,42 @@ int main(int argc, char **argv) {
                     const double t = time_us(fn, e0, e1);
                     printf(" %s/%d %.3f", name, K, t / fl);
                 };
+                if (join_only) {
+                    auto tz = [&] { cudaMemsetAsync(tk, 0, nout * 4); };
+                    const int G1 = sms, G2 = 2 * sms;
+                    const float *ref = out2a;
+                    for (int ef = 0; ef < 2; ef++) {
+                        CK(cudaMemcpyToSymbol(g_ef, &ef, 4));
+                        printf(" [%s]", ef ? "evict-first" : "evict-normal");
+                        run("P3e3", 8, [&] { launch_pages<1, 3>(P); });
+                        if (C == 128) {
+                            run("PJ6x1p", 16, [&] { launch_pj<4, 6, 1, 0>(P, G1, out2b, tg); });
+                            run("PJ3x2p", 16, [&] { launch_pj<4, 3, 2, 0>(P, G2, out2b, tg); });
+                            run("PJ6x1b", 16, [&] { tz(), launch_pj<4, 6, 1, 2>(P, G1, out2a, tg); });
+                            run("PJ4x1b", 16, [&] { tz(), launch_pj<4, 4, 1, 2>(P, G1, out2b, tg); });
+                        } else {
+                            run("PJ6x1p", 64, [&] { launch_pj<6, 6, 1, 0>(P, G1, out2b, tg); });
+                            run("PJ6x1b", 64, [&] { tz(), launch_pj<6, 6, 1, 2>(P, G1, out2a, tg); });
+                        }
+                    }
+                    if (C == 128) {
+                        run("Sx1/4x", 16, [&] { tz(), slx<1, 4><<<nout * 8, 256>>>(P); });
+                        ref = out;
+                        tz(), launch_pj<4, 3, 2, 2>(P, G2, out2b, tg);
+                    } else
+                        tz(), launch_pj<6, 3, 2, 1>(P, G2, out2b, tg);
+                    run("L3e0/5x", 1, [&] { ldge<1, 0, 5><<<nout * S, 256>>>(P); });
+                    CK(cudaDeviceSynchronize());
+                    std::vector<unsigned> ha((size_t)nout * 512), hb((size_t)nout * 512), hr((size_t)nout * 512);
+                    CK(cudaMemcpy(hr.data(), ref, ha.size() * 4, cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(ha.data(), out2a, ha.size() * 4, cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(hb.data(), out2b, ha.size() * 4, cudaMemcpyDeviceToHost));
+                    size_t da = 0, db = 0;
+                    for (size_t i = 0; i < ha.size(); i++) da += ha[i] != hr[i], db += hb[i] != hr[i];
+                    printf(" | diff vs %s: a %zu b %zu of %zu\n", C == 128 ? "Sx1" : "PJ6x1", da, db, ha.size());
+                    fflush(stdout);
+                    continue;
+                }
                 if (exact_only) {
                     auto tz = [&] { cudaMemsetAsync(tk, 0, nout * 4); };
                     run("L3", 1, [&] { ldg<3, 1><<<nout * S, 256>>>(P); });
