@@ -342,6 +342,7 @@ __global__ __launch_bounds__(256) void mrg(Prob P) {
 template <int TAIL, int MINB>
 __global__ __launch_bounds__(256, MINB) void slx(Prob P) {
     __shared__ float xs[8][6][32];
+    if (TAIL == 3) asm volatile("griddepcontrol.launch_dependents;");
     const int o = blockIdx.x >> 3, sl = blockIdx.x & 7, t = threadIdx.x, w = t >> 5, l = t & 31;
     const int *tr = chunk_row(P, o, 0, 0);
     const int pg0 = __ldg(tr + 2 * w), pg1 = __ldg(tr + 2 * w + 1);
@@ -416,6 +417,7 @@ __global__ __launch_bounds__(256, MINB) void slx(Prob P) {
     float *rec = P.ws + (size_t)o * 520;
     rec[64 * sl + 2 * l] = c0, rec[64 * sl + 2 * l + 1] = c1;
     if (l == 0) rec[512 + sl] = ss;
+    if (TAIL == 3) return; /* syf<1, 8> scales after the kernel boundary */
     __threadfence();
     unsigned tk = 0;
     if (l == 0) tk = atomicAdd(P.tk + o, 1u);
@@ -453,6 +455,198 @@ static void launch_slx2(const Prob &P, int nout) {
         told = true;
     }
     cudaLaunchKernelEx(&cfg, slx<2, 4>, P);
+}
+
+
+/* X<CL, MINB>: L3e0's CTAs (one of 256 threads per (output, segment), thread
+ * q = dims 2q, 2q + 1, the 16 loads at once) whose CL consecutive segments
+ * form a thread-block cluster that joins by push: at level l a CTA whose
+ * rank has bit l set sends its state (st.async, 24 bytes a thread, counted
+ * on the receiver's mbarrier) into receive buffer l of rank - 2^l and
+ * leaves at once; the left one waits for it, merges (itself left) and goes
+ * on.  Rank 0 ends with the part's state: CL = 16, the whole window, scaled
+ * there as slx<1>; CL = 8, half of it: the state to global memory, a ticket,
+ * and the second half to arrive merges and scales. */
+template <int CL, int MINB>
+__global__ __launch_bounds__(256, MINB) void xpush(Prob P) {
+    constexpr int NLV = CL == 16 ? 4 : CL == 8 ? 3 : CL == 4 ? 2 : 1;
+    __shared__ __align__(16) float2 rb[NLV][3][256];
+    __shared__ unsigned long long rbar[NLV];
+    __shared__ float red[8];
+    __shared__ unsigned flag;
+    const int t = threadIdx.x, seg = blockIdx.x % P.S, o = blockIdx.x / P.S;
+    unsigned rank;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    if (t == 0) {
+        for (int l = 0; l < NLV; l++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(rbar + l)));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    const int pg = __ldg(chunk_row(P, o, seg, 1));
+    float m[2], d[2], n[2];
+    page_state2(P, pg, t, m, d, n);
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#pragma unroll
+    for (int l = 0; l < NLV; l++) {
+        if ((rank >> l) & 1) {
+            const unsigned to = rank - (1u << l);
+            unsigned ra, rbr;
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(su32(&rb[l][0][t])), "r"(to));
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbr) : "r"(su32(rbar + l)), "r"(to));
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(ra),
+                         "f"(m[0]), "f"(m[1]), "r"(rbr)
+                         : "memory");
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
+                             ra + 2048),
+                         "f"(d[0]), "f"(d[1]), "r"(rbr)
+                         : "memory");
+            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
+                             ra + 4096),
+                         "f"(n[0]), "f"(n[1]), "r"(rbr)
+                         : "memory");
+            return;
+        }
+        if (t == 0) probe_expect(rbar + l, 6144);
+        probe_wait(rbar + l, 0);
+        const float2 mb = rb[l][0][t], db = rb[l][1][t], nb = rb[l][2][t];
+        kvc_merge(&m[0], &d[0], &n[0], mb.x, db.x, nb.x);
+        kvc_merge(&m[1], &d[1], &n[1], mb.y, db.y, nb.y);
+    }
+    if (CL < P.S) { /* the window's S / CL parts: a ticket, the last part merges them in tree order */
+        const int h = seg / CL, nh = P.S / CL;
+        float *ws = P.ws + ((size_t)o * nh + h) * 1536;
+        ws[2 * t] = m[0], ws[2 * t + 1] = m[1], ws[512 + 2 * t] = d[0], ws[513 + 2 * t] = d[1];
+        ws[1024 + 2 * t] = n[0], ws[1025 + 2 * t] = n[1];
+        __threadfence();
+        __syncthreads();
+        if (t == 0) flag = atomicAdd(P.tk + o, 1u) == (unsigned)nh - 1;
+        __syncthreads();
+        if (!flag) return;
+        __threadfence();
+        const float *w0 = P.ws + (size_t)o * nh * 1536;
+        for (int j = 0; j < 2; j++) {
+            float a[8][3];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (k < nh)
+                    a[k][0] = __ldcg(w0 + k * 1536 + 2 * t + j), a[k][1] = __ldcg(w0 + k * 1536 + 512 + 2 * t + j),
+                    a[k][2] = __ldcg(w0 + k * 1536 + 1024 + 2 * t + j);
+#pragma unroll
+            for (int u = 1; u < 8; u *= 2)
+#pragma unroll
+                for (int k = 0; k + u < 8; k += 2 * u)
+                    if (k + u < nh) kvc_merge(&a[k][0], &a[k][1], &a[k][2], a[k + u][0], a[k + u][1], a[k + u][2]);
+            m[j] = a[0][0], d[j] = a[0][1], n[j] = a[0][2];
+        }
+    }
+    const int w = t >> 5, l = t & 31;
+    const float c0 = KVC_DIV(n[0], d[0]), c1 = KVC_DIV(n[1], d[1]);
+    float ss = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
+    for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(~0u, ss, k));
+    if (l == 0) red[w] = ss;
+    __syncthreads();
+    const float tot = KVC_ADD(KVC_ADD(KVC_ADD(red[0], red[1]), KVC_ADD(red[2], red[3])),
+                              KVC_ADD(KVC_ADD(red[4], red[5]), KVC_ADD(red[6], red[7])));
+    const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(tot, 0x1p-9f), 1e-6f)));
+    P.out[(size_t)o * 512 + 2 * t] = KVC_MUL(c0, rr), P.out[(size_t)o * 512 + 2 * t + 1] = KVC_MUL(c1, rr);
+}
+template <int CL, int MINB>
+static void launch_xpush(const Prob &P, int nout) {
+    static bool told;
+    if (CL > 8 && !told) cudaFuncSetAttribute(xpush<CL, MINB>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t cfg = cluster_cfg(nout * P.S, 256, 0, CL, &at);
+    if (!told) {
+        int nc = 0;
+        cudaOccupancyMaxActiveClusters(&nc, xpush<CL, MINB>, &cfg);
+        printf(" [X%d/%dx: %d clusters resident]", CL, MINB, nc);
+        told = true;
+    }
+    cudaLaunchKernelEx(&cfg, xpush<CL, MINB>, P);
+}
+
+
+/* Sy<MINB, PDL>: one 256-thread CTA per (output, 32-dim slice), C = 128:
+ * warp w = segments 2w (lanes 0-15) and 2w + 1 (lanes 16-31), 2 dims per
+ * lane, 16 loads at once (L3e0's count per thread); the pair merged by a
+ * shuffle, the 8 warp states in tree order through shared memory; c (32
+ * floats) and its sum of squares (slx<1>'s order) to the workspace ([nout]
+ * [512 c, 16 sums]), nothing else: a second kernel (syf, one CTA per output,
+ * PDL = 1: programmatic dependent launch) scales.  The CTA count is 2 x
+ * slx's, the per-thread loads half. */
+template <int MINB, int PDL>
+__global__ __launch_bounds__(256, MINB) void sly(Prob P) {
+    __shared__ float xs[8][6][16];
+    if (PDL) asm volatile("griddepcontrol.launch_dependents;");
+    const int o = blockIdx.x >> 4, sl = blockIdx.x & 15, t = threadIdx.x, w = t >> 5, l = t & 31, hl = l & 15;
+    const int *tr = chunk_row(P, o, 0, 0);
+    const int pg = __ldg(tr + 2 * w + (l >> 4));
+    float2 v[8], c[8];
+    const float2 *r = (const float2 *)(P.sc + (size_t)pg * 8192) + 16 * sl + hl;
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = __ldcs(r + i * 512), c[i] = __ldcs(r + i * 512 + 256);
+    float m[2], d[2], n[2];
+    seg_state2(v, c, m, d, n);
+    float mb[2], db[2], nb[2];
+    for (int j = 0; j < 2; j++)
+        mb[j] = __shfl_down_sync(~0u, m[j], 16), db[j] = __shfl_down_sync(~0u, d[j], 16), nb[j] = __shfl_down_sync(~0u, n[j], 16);
+    for (int j = 0; j < 2; j++) kvc_merge(&m[j], &d[j], &n[j], mb[j], db[j], nb[j]);
+#pragma unroll
+    for (int lv = 1; lv < 8; lv *= 2) {
+        if (w % (2 * lv) == lv && l < 16)
+            for (int j = 0; j < 2; j++) xs[w][j][l] = m[j], xs[w][2 + j][l] = d[j], xs[w][4 + j][l] = n[j];
+        __syncthreads();
+        if (w % (2 * lv) == 0 && l < 16)
+            for (int j = 0; j < 2; j++) kvc_merge(&m[j], &d[j], &n[j], xs[w + lv][j][l], xs[w + lv][2 + j][l], xs[w + lv][4 + j][l]);
+        __syncthreads();
+    }
+    if (w != 0) return;
+    const float c0 = KVC_DIV(n[0], d[0]), c1 = KVC_DIV(n[1], d[1]);
+    float ss = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
+    for (int k = 1; k < 16; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(~0u, ss, k));
+    float *rec = P.ws + (size_t)o * 528;
+    if (l < 16) rec[32 * sl + 2 * l] = c0, rec[32 * sl + 2 * l + 1] = c1;
+    if (l == 0) rec[512 + sl] = ss;
+}
+template <int PDL, int NSUM = 16>
+__global__ __launch_bounds__(512) void syf(Prob P) {
+    if (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
+    const int o = blockIdx.x, t = threadIdx.x;
+    const float *rec = P.ws + (size_t)o * (512 + NSUM);
+    float s8[8];
+    for (int k = 0; k < 8; k++)
+        s8[k] = NSUM == 16 ? KVC_ADD(__ldcg(rec + 512 + 2 * k), __ldcg(rec + 513 + 2 * k)) : __ldcg(rec + 512 + k);
+    const float tot = KVC_ADD(KVC_ADD(KVC_ADD(s8[0], s8[1]), KVC_ADD(s8[2], s8[3])), KVC_ADD(KVC_ADD(s8[4], s8[5]), KVC_ADD(s8[6], s8[7])));
+    const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(tot, 0x1p-9f), 1e-6f)));
+    P.out[(size_t)o * 512 + t] = KVC_MUL(__ldcg(rec + t), rr);
+}
+/* slx<3> and its scale (syf<1, 8>) after a programmatic dependent launch. */
+static void launch_slxf(const Prob &P, int nout) {
+    slx<3, 4><<<nout * 8, 256>>>(P);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(nout);
+    cfg.blockDim = dim3(512);
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &at, cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, syf<1, 8>, P);
+}
+template <int MINB, int PDL>
+static void launch_sly(const Prob &P, int nout) {
+    sly<MINB, PDL><<<nout * 16, 256>>>(P);
+    if (!PDL) {
+        syf<0><<<nout, 512>>>(P);
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(nout);
+    cfg.blockDim = dim3(512);
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &at, cfg.numAttrs = 1;
+    cudaLaunchKernelEx(&cfg, syf<1>, P);
 }
 
 /* One warp per (output, chunk of K segments): K whole-page bulk copies
@@ -959,6 +1153,7 @@ int main(int argc, char **argv) {
     printf("%-7s %-7s %4s %9s |\n", "tokens", "layout", "C", "floor_us");
     for (int layout = 0; layout < 2; layout++)
         for (int C : {128, 512})
+            if (!join_only || C == 128)
             for (auto cs : cases) {
                 const int per_req = cs.tokens / cs.reqs, ppr = per_req / 8, nout = cs.tokens / C, S = C / 8;
                 std::vector<int> tab(cs.reqs * ppr), t2r(cs.tokens);
@@ -983,29 +1178,24 @@ int main(int argc, char **argv) {
                 };
                 if (join_only) {
                     auto tz = [&] { cudaMemsetAsync(tk, 0, nout * 4); };
-                    const int G1 = sms, G2 = 2 * sms;
                     const float *ref = out2a;
-                    for (int ef = 0; ef < 2; ef++) {
-                        CK(cudaMemcpyToSymbol(g_ef, &ef, 4));
-                        printf(" [%s]", ef ? "evict-first" : "evict-normal");
-                        run("P3e3", 8, [&] { launch_pages<1, 3>(P); });
-                        if (C == 128) {
-                            run("PJ6x1p", 16, [&] { launch_pj<4, 6, 1, 0>(P, G1, out2b, tg); });
-                            run("PJ3x2p", 16, [&] { launch_pj<4, 3, 2, 0>(P, G2, out2b, tg); });
-                            run("PJ6x1b", 16, [&] { tz(), launch_pj<4, 6, 1, 2>(P, G1, out2a, tg); });
-                            run("PJ4x1b", 16, [&] { tz(), launch_pj<4, 4, 1, 2>(P, G1, out2b, tg); });
-                        } else {
-                            run("PJ6x1p", 64, [&] { launch_pj<6, 6, 1, 0>(P, G1, out2b, tg); });
-                            run("PJ6x1b", 64, [&] { tz(), launch_pj<6, 6, 1, 2>(P, G1, out2a, tg); });
-                        }
-                    }
-                    if (C == 128) {
-                        run("Sx1/4x", 16, [&] { tz(), slx<1, 4><<<nout * 8, 256>>>(P); });
-                        ref = out;
-                        tz(), launch_pj<4, 3, 2, 2>(P, G2, out2b, tg);
-                    } else
-                        tz(), launch_pj<6, 3, 2, 1>(P, G2, out2b, tg);
+                    float *keep = P.out;
                     run("L3e0/5x", 1, [&] { ldge<1, 0, 5><<<nout * S, 256>>>(P); });
+                    /* bytes: a = SxFp (slx<3> + syf<1, 8>), b = SyFp/5x; ref = slx<1>'s */
+                    if (C == 128) {
+                        P.out = out2b;
+                        run("SyFp/5x", 1, [&] { launch_sly<5, 1>(P, nout); });
+                        P.out = out2a;
+                        run("SxFp/4x", 16, [&] { launch_slxf(P, nout); });
+                        P.out = keep;
+                        run("Sx0/4x", 16, [&] { slx<0, 4><<<nout * 8, 256>>>(P); });
+                        run("Sx1/4x", 16, [&] { tz(), slx<1, 4><<<nout * 8, 256>>>(P); });
+                        P.out = out2a;
+                        run("SxFp/4x", 16, [&] { launch_slxf(P, nout); });
+                        P.out = keep;
+                        ref = out;
+                    } else
+                        ref = out2a;
                     CK(cudaDeviceSynchronize());
                     std::vector<unsigned> ha((size_t)nout * 512), hb((size_t)nout * 512), hr((size_t)nout * 512);
                     CK(cudaMemcpy(hr.data(), ref, ha.size() * 4, cudaMemcpyDeviceToHost));
@@ -1013,7 +1203,7 @@ int main(int argc, char **argv) {
                     CK(cudaMemcpy(hb.data(), out2b, ha.size() * 4, cudaMemcpyDeviceToHost));
                     size_t da = 0, db = 0;
                     for (size_t i = 0; i < ha.size(); i++) da += ha[i] != hr[i], db += hb[i] != hr[i];
-                    printf(" | diff vs %s: a %zu b %zu of %zu\n", C == 128 ? "Sx1" : "PJ6x1", da, db, ha.size());
+                    printf(" | diff vs %s: a %zu b %zu of %zu\n", C == 128 ? "Sx1 (a SxFp, b SyFp/5x)" : "-", da, db, ha.size());
                     fflush(stdout);
                     continue;
                 }
