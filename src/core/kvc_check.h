@@ -52,6 +52,13 @@ typedef struct kvc_shape {
     float rms_norm_eps, pad_;
 } kvc_shape;
 
+/** a / b for a >= 0, b > 0: a 32-bit division where both fit (a GPU's 64-bit
+ * division is a long instruction sequence; the result is the same). */
+KVC_FN kvc_i64 kvc_udiv(kvc_i64 a, kvc_i64 b) {
+    if (((a | b) >> 31) == 0) return (kvc_i64)((unsigned)a / (unsigned)b);
+    return a / b;
+}
+
 /** Element offset (floats) of the state row of position pos in physical block blk. */
 KVC_FN kvc_i64 kvc_row_offset(kvc_i64 blk, kvc_i64 pos, kvc_i64 block_size, kvc_i64 stride_block,
                               kvc_i64 stride_token) {
@@ -103,10 +110,11 @@ KVC_FN kvc_i64 kvc_row_lookup(const kvc_shape *sh, KVC_GLOBAL const kvc_i32 *tro
     int vo, so;
     const kvc_i64 pos = kvc_window_row(p, sh->compress_ratio, sh->overlap != 0, i, &vo, &so);
     if (pos < 0) return KVC_ROW_MASKED;
-    const kvc_i64 g = trow[pos / sh->block_size];
+    const kvc_i64 l = kvc_udiv(pos, sh->block_size);
+    const kvc_i64 g = trow[l];
     *blk = g;
     if (g < 0 || g >= sh->num_blocks) return KVC_ROW_BAD;
-    return kvc_row_offset(g, pos, sh->block_size, sh->state_stride_block, sh->state_stride_token) + vo;
+    return g * sh->state_stride_block + (pos - l * sh->block_size) * sh->state_stride_token + vo;
 }
 
 /**

@@ -23,15 +23,16 @@
  *   - Index values are checked on the device (kvc_check.h); a bad output is
  *     skipped and the first error is recorded in the status word.
  *
- * Large calls of 16- or 32-segment windows (and 64 in FAST numerics) take
- * the ring kernel (cuda_ring.cuh): persistent CTAs, one warp per (output,
+ * Large calls of 16-segment windows (and 32-segment ones in FAST numerics)
+ * take the ring kernel (cuda_ring.cuh): persistent CTAs, one warp per (output,
  * 64-dim slice), segments copied by TMA into per-warp shared-memory rings,
  * no workspace.
  *
- * EXACT calls of 64-segment windows (C = 512) with more outputs than half
- * the SMs take the burst kernel (cuda_burst.cuh): one output per CTA, the 8
- * slices x 2 half windows on its 16 warps through the same TMA stages, no
- * workspace.
+ * Calls of 16, 32 or 64 full segments (C = 128, 256, 512) without overlap
+ * that the ring does not take go to the slice kernels (cuda_slice.cuh): one
+ * CTA per (output, 16-segment chunk, 64-dim slice) that leaves its chunk
+ * state in the workspace, then a finisher per output (programmatic
+ * dependent launch), no CTA waiting for another.
  *
  * Windows of one segment (C <= 8, or C <= 4 with overlap) go to a second
  * kernel, compress_small_kernel: a CTA takes K outputs (K sized for one full
@@ -77,10 +78,11 @@ struct launch_params {
     kvc_device_status *status;  /* device status word                            */
     unsigned *tickets;          /* [num_outputs] arrival counters (zeroed)       */
     float *chunk_states;        /* [num_outputs][nchunk][3][512]                 */
+    long long *slice_bad;       /* slice kernel: [num_outputs][nchunk][8] bad-block words */
     int lanes;                  /* L                                             */
     int uniform;                /* all chunks full, nchunk a power of 2 <= kTreeMax L */
     int fast;                   /* vec and no overlap: straight-line full segments */
-    int tiles;                  /* ring and burst kernels: tmap describes state_cache */
+    int tiles;                  /* ring kernel: tmap describes state_cache         */
     CUtensorMap tmap;           /* ring kernel: state_cache as [blocks][block_size][2][8][64] floats (encode_state_map) */
 };
 
@@ -161,22 +163,6 @@ static cudaError_t raise_smem_once(void (*k)(const launch_params), int *raised, 
     }
 KVC_DEFINE_LAUNCH_RING(kvc_cuda_d2)
 KVC_DEFINE_LAUNCH_RING(kvc_cuda_d2f)
-
-/* Launch burst_kernel<cs> (cuda_burst.cuh, EXACT: cs = 4, 8, 16 or 32), one
- * CTA per output; its shared-memory limit is raised once per kernel and device. */
-static cudaError_t launch_burst(const launch_params &P, long long nout, int cs, cudaStream_t s, int dev) {
-    namespace NS = kvc_cuda_d2;
-    static int raised[64][4];
-    void (*k)(const launch_params) = cs == 4    ? NS::burst_kernel<4>
-                                     : cs == 8  ? NS::burst_kernel<8>
-                                     : cs == 16 ? NS::burst_kernel<16>
-                                                : NS::burst_kernel<32>;
-    const int ki = cs == 4 ? 0 : cs == 8 ? 1 : cs == 16 ? 2 : 3;
-    const cudaError_t e = raise_smem_once(k, &raised[dev][ki], NS::kBurstSmem);
-    if (e != cudaSuccess) return e;
-    k<<<(unsigned)nout, 512, NS::kBurstSmem, s>>>(P);
-    return cudaGetLastError();
-}
 
 /* ---- host side --------------------------------------------------------- */
 
@@ -347,29 +333,33 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &P.pl);
     /* the ring kernel (cuda_ring.cuh): no overlap, 8..64 full segments (a
      * power of two), 16-byte rows, 32-bit output indices, sm_90 and newer.
-     * Taken for windows of 16 or 32 segments (and 64 in FAST numerics) with
-     * at least two segments per warp of the grid (where it measured faster
-     * than the chunked kernel, bench/NOTES.md, sessions 10 and 11); its
-     * segments come by tensor copies in EXACT numerics and by per-row bulk
-     * copies in FAST (each measured the better there).  The test hook
-     * KVC_CUDA_RING=1 takes it for every window it can reduce, so that the
-     * exact suites pin its bytes. */
+     * Taken for large calls of 16-segment windows, and in FAST numerics of
+     * 32-segment ones: at least two segments per warp of the grid (where it
+     * measured faster than the chunked and slice kernels, bench/NOTES.md,
+     * sessions 10, 11 and 15); its segments come by tensor copies in EXACT
+     * numerics and by per-row bulk copies in FAST (each measured the better
+     * there).  The test hook KVC_CUDA_RING=1 takes it for every window it can
+     * reduce, so that the exact suites pin its bytes. */
     const long long nseg = P.pl.nseg;
     const int ring_ok = sm_major(dev) >= 9 && a->overlap == KVC_OVERLAP_OFF && P.pl.rows % KVC_SEG == 0 &&
                         nseg >= 8 && nseg <= 64 && (nseg & (nseg - 1)) == 0 && (uintptr_t)a->state_cache % 16 == 0 &&
                         a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0 &&
                         nout <= 0x7FFFFFFFLL - 2LL * sm_count(dev);
     const int ring = ring_ok && (kvc_test_hook("KVC_CUDA_RING") ||
-                                 ((nseg == 16 || nseg == 32 || (fastnum && nseg == 64)) &&
+                                 ((nseg == 16 || (fastnum && nseg == 32)) &&
                                   nout * nseg >= 2LL * kvc_cuda_d2::kRingWarps * sm_count(dev)));
-    /* the burst kernel (cuda_burst.cuh): EXACT 64-segment windows (C = 512,
-     * where it measured faster than the chunked kernel, bench/NOTES.md,
-     * session 12) in calls of more outputs than half the SMs.  The
-     * test hook KVC_CUDA_BURST=1 takes it for every EXACT window the ring could
-     * reduce, so that the exact suites pin its bytes. */
-    const int burst = !ring && ring_ok && !fastnum &&
-                      (kvc_test_hook("KVC_CUDA_BURST") || (nseg == 64 && 2 * nout > sm_count(dev)));
-    if (ring || burst) {
+    /* the slice kernels (cuda_slice.cuh): every other call of 16, 32 or 64
+     * full segments (C = 128, 256, 512) without overlap, 8-byte rows (faster
+     * than the chunked kernel at every such size, and than the ring for the
+     * windows it no longer takes, bench/NOTES.md, session 15). */
+    const int slice = !ring && a->overlap == KVC_OVERLAP_OFF && P.pl.rows == nseg * KVC_SEG &&
+                      (nseg == 16 || nseg == 32 || nseg == 64) && (uintptr_t)a->state_cache % 8 == 0 &&
+                      a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0 && nout <= 0x7FFFFFFFLL / 64;
+    if (slice) {
+        P.pl.nchunk = nseg / 16; /* chunk states [nout][nseg / 16][3][512] */
+        P.pl.vec = 1;
+    }
+    if (ring) {
         P.pl.nchunk = 1; /* no chunk states, no tickets */
         P.tiles = !fastnum && encode_state_map(a, &P.tmap);
     }
@@ -387,13 +377,15 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     P.lanes = (int)L;
     P.uniform = P.pl.nseg % ch == 0 && (P.pl.nchunk & (P.pl.nchunk - 1)) == 0 && P.pl.nchunk <= tree_max * L;
     /* DPT-float loads need DPT-float alignment of every row */
-    P.pl.vec = ((uintptr_t)a->state_cache % (4 * dpt) == 0) && a->state_stride_block % dpt == 0 &&
-               a->state_stride_token % dpt == 0;
+    if (!slice)
+        P.pl.vec = ((uintptr_t)a->state_cache % (4 * dpt) == 0) && a->state_stride_block % dpt == 0 &&
+                   a->state_stride_token % dpt == 0;
     P.fast = P.pl.vec && a->overlap == KVC_OVERLAP_OFF;
 
     /* workspace: status word, tickets, chunk states */
-    size_t st_bytes = 256, tk_bytes = ((size_t)nout * 4 + 255) & ~(size_t)255;
-    size_t cs_bytes = P.pl.nchunk > 1 ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0;
+    /* (slice kernels: the tickets' place holds the CTAs' bad-block words) */
+    size_t st_bytes = 256, tk_bytes = ((size_t)nout * (slice ? 64 * P.pl.nchunk : 4) + 255) & ~(size_t)255;
+    size_t cs_bytes = (P.pl.nchunk > 1 || slice) ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0;
     size_t need = st_bytes + tk_bytes + cs_bytes;
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_find(dev, stream, 1);
@@ -431,26 +423,45 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     pthread_mutex_unlock(&g_ws_lock);
     P.status = e->device_status ? e->device_status : (kvc_device_status *)buf;
     P.tickets = (unsigned *)(buf + st_bytes);
+    P.slice_bad = (long long *)(buf + st_bytes);
     P.chunk_states = (float *)(buf + st_bytes + tk_bytes);
-    /* one memset for the library's status word and the tickets (adjacent) */
-    size_t zero = (e->device_status ? 0 : st_bytes) + (P.pl.nchunk > 1 ? (size_t)nout * 4 : 0);
-    if (e->device_status &&
+    /* one memset for the library's status word and the tickets (adjacent);
+     * none where the slice kernel runs: it zeroes the status word itself */
+    const int kernel_zeroes = slice && nout > 0;
+    size_t zero = kernel_zeroes ? 0 : (e->device_status ? 0 : st_bytes) + (P.pl.nchunk > 1 ? (size_t)nout * 4 : 0);
+    if (e->device_status && !kernel_zeroes &&
         (err = cudaMemsetAsync(e->device_status, 0, sizeof(kvc_device_status), stream)) != cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(status)");
     if (zero && (err = cudaMemsetAsync(e->device_status ? (void *)P.tickets : (void *)buf, 0, zero, stream)) !=
                     cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
+    if (slice) {
+        const unsigned blocks = (unsigned)(nout * 8 * P.pl.nchunk);
+        if (fastnum) kvc_cuda_d2f::slice_kernel<<<blocks, 256, 0, stream>>>(P);
+        else kvc_cuda_d2::slice_kernel<<<blocks, 256, 0, stream>>>(P);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
+        /* the finisher: programmatic dependent launch (sm_90), so that its
+         * launch overlaps the slice kernel's last wave */
+        cudaLaunchConfig_t cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDim = dim3((unsigned)nout);
+        cfg.blockDim = dim3(kvc_cuda_d2::kDG);
+        cfg.stream = stream;
+        cudaLaunchAttribute at;
+        at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at.val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = &at;
+        cfg.numAttrs = sm_major(dev) >= 9 ? 1 : 0;
+        err = cudaLaunchKernelEx(&cfg, fastnum ? kvc_cuda_d2f::slice_finish_kernel : kvc_cuda_d2::slice_finish_kernel, P);
+        if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
+        return KVC_OK;
+    }
     if (ring) {
         const unsigned blocks = (unsigned)(nout < sm_count(dev) ? nout : sm_count(dev));
         const int spw = (int)nseg;
         err = fastnum ? launch_ring_kvc_cuda_d2f(P, blocks, stream, spw, dev)
                       : launch_ring_kvc_cuda_d2(P, blocks, stream, spw, dev);
-        if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
-        return KVC_OK;
-    }
-    if (burst) {
-        err = launch_burst(P, nout, (int)(nseg / 2), stream, dev);
         if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }

@@ -150,8 +150,9 @@ static void random_params(int i, kvc_case_params *p) {
 }
 
 /* The GPU-path shapes (the OpenCL chunk plans of 1..8 chunks of 4..32
- * segments; the CUDA one-segment, chunked and multi-chunk kernels), with a
- * NaN score and a padding output where marked. */
+ * segments; the CUDA one-segment, chunked and multi-chunk kernels, and the
+ * slice kernel's row-table path: blocks of 12 and 4 rows, segments across
+ * blocks), with a NaN score and a padding output where marked. */
 typedef struct {
     int64_t reqs, tokens, C, bs, S;
     int shuffle, fp8, nan, pad, overlap;
@@ -159,7 +160,7 @@ typedef struct {
 static const path_shape k_paths[] = {
     {2, 512, 32, 8, 64, 1, 0, 1, 1, 0},   {1, 512, 128, 8, 64, 1, 0, 1, 1, 0}, {1, 1024, 512, 8, 2, 0, 1, 0, 0, 0},
     {1, 1024, 1024, 16, 64, 1, 0, 0, 1, 0}, {1, 2048, 2048, 8, 64, 1, 1, 0, 0, 0}, {3, 777, 4, 4, 64, 1, 1, 1, 1, 1},
-    {2, 4096, 128, 64, 2, 1, 1, 0, 1, 0},
+    {2, 4096, 128, 64, 2, 1, 1, 0, 1, 0},   {2, 1024, 256, 12, 64, 1, 1, 1, 1, 0}, {1, 512, 128, 4, 64, 0, 0, 1, 1, 0},
 };
 
 int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {

@@ -1,0 +1,177 @@
+/*
+ * cuda_slice.cuh -- the slice kernels: windows of 16, 32 or 64 full segments
+ * without overlap (C = 128, 256, 512), rows 8-byte aligned.  Included by
+ * cuda_kernels.cuh for DPT = 2 (exact and FAST); uses its stv, seg_load,
+ * seg_compute, st_merge, st_store, merge_chunks_tree, fin_load_*,
+ * finish_loaded, record_error and count.  The host takes them for every such call.
+ *
+ * Work: a CTA of 256 threads (8 warps) reduces one (output, 16-segment
+ * chunk, 64-dim slice): warp w takes the chunk's segments 2w and 2w + 1, lane
+ * l the dims 64 sl + 2l and + 1.  Lanes 0-15 of a warp look up its 16 rows
+ * (and check their physical blocks), then every lane issues its 32 loads at
+ * once (from each segment's first row and the token stride where its rows
+ * are evenly strided, else through a per-warp row table); the two segment states merge in registers, the 8 warp states in tree
+ * order through shared memory, and the chunk's state ([3][64] floats) goes to
+ * the workspace.  No CTA ever waits for another: the finisher
+ * (slice_finish_kernel, one 256-thread CTA per output), started by
+ * programmatic dependent launch, waits for the slice kernel's end, merges the
+ * output's 1, 2 or 4 chunk states in tree order and finalises its slot.
+ * Output checks, errors and the status counts are the finisher's: a slice CTA
+ * leaves a word (slice_bad) that names a bad physical block it met.  There is
+ * no memset: CTA 0 of the slice kernel zeroes the call's status word, which
+ * nothing else writes before the finisher.
+ *
+ * Shared memory (static): xs [8 warps][6][32] warp states, rows [8 warps]
+ * slice_rows, wbad [8 warps]: 8 KiB; 4 CTAs per SM are limited by registers.
+ */
+#define SLICE_SEGS 16 /* segments per chunk: 8 warps x 2 */
+#define SLICE_OK (-0x7FFFFFFFFFFFFFFFLL - 1) /* slice_bad: no bad block (a block is an int32) */
+
+/* A warp's 16 rows (segments 2w and 2w + 1 of the chunk): element offsets. */
+struct slice_rows {
+    long long voff[2 * KVC_SEG], soff[2 * KVC_SEG];
+};
+
+/* Thread q's 2 dims of the 8 rows from element offset off, ts floats apart
+ * (ts even), no overlap: values at + 0, scores at + 512. */
+__device__ __forceinline__ void seg_load_strided(const launch_params &P, long long off, long long ts, int q,
+                                                 seg_data &x) {
+    const float2 *p = reinterpret_cast<const float2 *>(P.a.state_cache + off) + q;
+    const long long t2 = ts / 2;
+#pragma unroll
+    for (int i = 0; i < KVC_SEG; i++) {
+        const float2 a = KVC_LD(p + i * t2), b = KVC_LD(p + i * t2 + 256);
+        x.v[i][0] = a.x, x.v[i][1] = a.y, x.s[i][0] = b.x, x.s[i][1] = b.y;
+    }
+}
+
+/* What a slice CTA needs of output o to load its rows safely: the boundary
+ * position p and the request's block-table row; 0 for a padding or invalid
+ * output (the finisher runs all of kvc_check_output and records it).  The
+ * window's rows p - C + 1 .. p then lie in logical blocks 0 .. p / bs. */
+__device__ __forceinline__ int slice_window(const kvc_args &a, long long o, long long *p, const kvc_i32 **trow) {
+    const kvc_i64 b = a.boundary_token_indices[o];
+    if (b < 0 || b >= a.num_tokens) return 0;
+    const kvc_i64 slot = a.kv_slot_mapping[b], r = a.token_to_req[b], pp = a.positions[b];
+    if (slot < 0 || r < 0 || r >= a.num_reqs || pp < a.compress_ratio - 1 ||
+        kvc_udiv(pp, a.block_size) >= a.blocks_per_req)
+        return 0;
+    *p = pp;
+    *trow = a.block_table + r * a.block_table_stride;
+    return 1;
+}
+
+__global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
+    __shared__ float xs[8][6][32];
+    __shared__ slice_rows rows[8];
+    __shared__ long long wbad[8];
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+    if (blockIdx.x == 0 && threadIdx.x < sizeof(kvc_device_status) / 4) /* the call's status word: zero */
+        reinterpret_cast<int *>(P.status)[threadIdx.x] = 0;
+    const int nch = (int)(P.pl.nseg / SLICE_SEGS);
+    const long long o = blockIdx.x / (8 * nch);
+    const int rest = (int)(blockIdx.x % (8 * nch)), j = rest >> 3, sl = rest & 7;
+    const int t = threadIdx.x, w = t >> 5, l = t & 31, q = 32 * sl + l;
+    if (l == 0) wbad[w] = SLICE_OK;
+    long long p;
+    const kvc_i32 *trow;
+    if (!slice_window(P.a, o, &p, &trow)) return; /* padding or invalid: the finisher's */
+    const kvc_shape sh = kvc_shape_of(&P.a);
+    kvc_i64 blk = 0;
+    long long off = 0;
+    if (l < 2 * KVC_SEG) off = kvc_row_lookup(&sh, trow, p, (long long)j * SLICE_SEGS * KVC_SEG + 16 * w + l, &blk);
+    const unsigned badm = __ballot_sync(0xffffffffu, l < 2 * KVC_SEG && off == KVC_ROW_BAD);
+    if (badm) { /* the output is invalid: the finisher records it */
+        const long long g = __shfl_sync(0xffffffffu, blk, __ffs(badm) - 1);
+        if (l == 0) wbad[w] = g;
+    }
+    /* a segment whose 8 rows are evenly strided (one block: the common case)
+     * is loaded from its first row's offset; any other through the table */
+    const long long ts = P.a.state_stride_token, o0 = __shfl_sync(0xffffffffu, off, 0),
+                    o1 = __shfl_sync(0xffffffffu, off, KVC_SEG);
+    const unsigned strided =
+        __ballot_sync(0xffffffffu, l >= 2 * KVC_SEG || off == (l < KVC_SEG ? o0 : o1) + (l & 7) * ts);
+    stv st;
+    if (!badm) { /* else the warp loads nothing; its state is never used */
+        seg_data x0, x1;
+        if (strided == 0xffffffffu) {
+            seg_load_strided(P, o0, ts, q, x0);
+            seg_load_strided(P, o1, ts, q, x1);
+            st = seg_compute(x0, KVC_SEG);
+            st_merge(st, seg_compute(x1, KVC_SEG));
+        } else { /* one segment at a time (fewer registers live) */
+            if (l < 2 * KVC_SEG) {
+                rows[w].voff[l] = off;
+                rows[w].soff[l] = off + kvc_score_delta(0);
+            }
+            __syncwarp();
+            seg_load(P, &rows[w], 0, KVC_SEG, q, x0);
+            st = seg_compute(x0, KVC_SEG);
+            seg_load(P, &rows[w], KVC_SEG, KVC_SEG, q, x1);
+            st_merge(st, seg_compute(x1, KVC_SEG));
+        }
+    }
+#pragma unroll
+    for (int lv = 1; lv < 8; lv *= 2) { /* the warps' states in tree order */
+        if (w % (2 * lv) == lv)
+#pragma unroll
+            for (int k = 0; k < 2; k++) xs[w][k][l] = st.m[k], xs[w][2 + k][l] = st.d[k], xs[w][4 + k][l] = st.n[k];
+        __syncthreads();
+        if (w % (2 * lv) == 0) {
+            stv b;
+#pragma unroll
+            for (int k = 0; k < 2; k++) b.m[k] = xs[w + lv][k][l], b.d[k] = xs[w + lv][2 + k][l], b.n[k] = xs[w + lv][4 + k][l];
+            st_merge(st, b);
+        }
+        __syncthreads();
+    }
+    if (w == 0) st_store(st, P.chunk_states + (o * nch + j) * (3 * 512), q);
+    if (t < 8) { /* the CTA's bad-block word: SLICE_OK or a bad block's value */
+        long long g = SLICE_OK;
+        for (int k = 0; k < 8; k++) g = g == SLICE_OK ? wbad[k] : g;
+        if (t == 0) P.slice_bad[blockIdx.x] = g;
+    }
+}
+
+/* One CTA (DG = 256 threads, thread q = dims 2q, 2q + 1) per output, after
+ * slice_kernel: checks and counts the output, merges its chunk states in
+ * tree order and finalises the slot.  Everything that does not depend on the
+ * slice kernel (the checks, the RMS weights, cos/sin) is loaded before the
+ * wait for it. */
+__global__ void __launch_bounds__(DG) slice_finish_kernel(const launch_params P) {
+    __shared__ float smem[512 + 8];
+    const long long o = blockIdx.x;
+    const int q = threadIdx.x, nch = (int)(P.pl.nseg / SLICE_SEGS);
+    kvc_out_info inf;
+    const int chk = kvc_check_output(&P.a, o, &inf, 0);
+    const int live = chk == KVC_CHECK_NONE && inf.slot >= 0;
+    fin_in f;
+    if (live) {
+        fin_load_weights(P, q, f);
+        fin_load_cos_sin(P, inf.pc, q, f);
+    }
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    if (chk != KVC_CHECK_NONE) {
+        if (q == 0) {
+            record_error(P.status, chk, o, inf.value);
+            count(&P.status->outputs_invalid);
+        }
+        return;
+    }
+    if (inf.slot < 0) {
+        if (q == 0) count(&P.status->outputs_padding);
+        return;
+    }
+    const long long g = q < 8 * nch ? __ldcg(P.slice_bad + o * 8 * nch + q) : SLICE_OK;
+    if (__syncthreads_or(g != SLICE_OK)) { /* a slice CTA met a bad physical block */
+        if (g != SLICE_OK) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, g);
+        if (q == 0) count(&P.status->outputs_invalid);
+        return;
+    }
+    const stv st = merge_chunks_tree(P.chunk_states + o * nch * (3 * 512), 0, nch, q);
+    finish_loaded(P, inf, st, q, smem, f);
+}
