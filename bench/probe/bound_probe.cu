@@ -40,7 +40,10 @@
 //                memory, a ticket per output, the last slice CTA scales c;
 //                t = 2: the 8 slice CTAs of an output are a cluster: partial
 //                sums through distributed shared memory, one cluster barrier,
-//                each slice scales its own c, non-finite flags to rank 0.
+//                each slice scales its own c, non-finite flags to rank 0;
+//                t = 3 (SxFp, argument `join`): c and its sums to global
+//                memory and nothing else, a second kernel (sxf, started by
+//                programmatic dependent launch) scales: no CTA waits.
 //   W2/8       : one cluster of two 512-thread CTAs per output (C = 128),
 //                a CTA = half the window: one segment in registers, seven by
 //                page bulk copies into shared memory, all at once; the
@@ -417,7 +420,7 @@ __global__ __launch_bounds__(256, MINB) void slx(Prob P) {
     float *rec = P.ws + (size_t)o * 520;
     rec[64 * sl + 2 * l] = c0, rec[64 * sl + 2 * l + 1] = c1;
     if (l == 0) rec[512 + sl] = ss;
-    if (TAIL == 3) return; /* syf<1, 8> scales after the kernel boundary */
+    if (TAIL == 3) return; /* sxf scales after the kernel boundary */
     __threadfence();
     unsigned tk = 0;
     if (l == 0) tk = atomicAdd(P.tk + o, 1u);
@@ -458,169 +461,19 @@ static void launch_slx2(const Prob &P, int nout) {
 }
 
 
-/* X<CL, MINB>: L3e0's CTAs (one of 256 threads per (output, segment), thread
- * q = dims 2q, 2q + 1, the 16 loads at once) whose CL consecutive segments
- * form a thread-block cluster that joins by push: at level l a CTA whose
- * rank has bit l set sends its state (st.async, 24 bytes a thread, counted
- * on the receiver's mbarrier) into receive buffer l of rank - 2^l and
- * leaves at once; the left one waits for it, merges (itself left) and goes
- * on.  Rank 0 ends with the part's state: CL = 16, the whole window, scaled
- * there as slx<1>; CL = 8, half of it: the state to global memory, a ticket,
- * and the second half to arrive merges and scales. */
-template <int CL, int MINB>
-__global__ __launch_bounds__(256, MINB) void xpush(Prob P) {
-    constexpr int NLV = CL == 16 ? 4 : CL == 8 ? 3 : CL == 4 ? 2 : 1;
-    __shared__ __align__(16) float2 rb[NLV][3][256];
-    __shared__ unsigned long long rbar[NLV];
-    __shared__ float red[8];
-    __shared__ unsigned flag;
-    const int t = threadIdx.x, seg = blockIdx.x % P.S, o = blockIdx.x / P.S;
-    unsigned rank;
-    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    if (t == 0) {
-        for (int l = 0; l < NLV; l++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(rbar + l)));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-    const int pg = __ldg(chunk_row(P, o, seg, 1));
-    float m[2], d[2], n[2];
-    page_state2(P, pg, t, m, d, n);
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-#pragma unroll
-    for (int l = 0; l < NLV; l++) {
-        if ((rank >> l) & 1) {
-            const unsigned to = rank - (1u << l);
-            unsigned ra, rbr;
-            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(su32(&rb[l][0][t])), "r"(to));
-            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbr) : "r"(su32(rbar + l)), "r"(to));
-            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(ra),
-                         "f"(m[0]), "f"(m[1]), "r"(rbr)
-                         : "memory");
-            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
-                             ra + 2048),
-                         "f"(d[0]), "f"(d[1]), "r"(rbr)
-                         : "memory");
-            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
-                             ra + 4096),
-                         "f"(n[0]), "f"(n[1]), "r"(rbr)
-                         : "memory");
-            return;
-        }
-        if (t == 0) probe_expect(rbar + l, 6144);
-        probe_wait(rbar + l, 0);
-        const float2 mb = rb[l][0][t], db = rb[l][1][t], nb = rb[l][2][t];
-        kvc_merge(&m[0], &d[0], &n[0], mb.x, db.x, nb.x);
-        kvc_merge(&m[1], &d[1], &n[1], mb.y, db.y, nb.y);
-    }
-    if (CL < P.S) { /* the window's S / CL parts: a ticket, the last part merges them in tree order */
-        const int h = seg / CL, nh = P.S / CL;
-        float *ws = P.ws + ((size_t)o * nh + h) * 1536;
-        ws[2 * t] = m[0], ws[2 * t + 1] = m[1], ws[512 + 2 * t] = d[0], ws[513 + 2 * t] = d[1];
-        ws[1024 + 2 * t] = n[0], ws[1025 + 2 * t] = n[1];
-        __threadfence();
-        __syncthreads();
-        if (t == 0) flag = atomicAdd(P.tk + o, 1u) == (unsigned)nh - 1;
-        __syncthreads();
-        if (!flag) return;
-        __threadfence();
-        const float *w0 = P.ws + (size_t)o * nh * 1536;
-        for (int j = 0; j < 2; j++) {
-            float a[8][3];
-#pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (k < nh)
-                    a[k][0] = __ldcg(w0 + k * 1536 + 2 * t + j), a[k][1] = __ldcg(w0 + k * 1536 + 512 + 2 * t + j),
-                    a[k][2] = __ldcg(w0 + k * 1536 + 1024 + 2 * t + j);
-#pragma unroll
-            for (int u = 1; u < 8; u *= 2)
-#pragma unroll
-                for (int k = 0; k + u < 8; k += 2 * u)
-                    if (k + u < nh) kvc_merge(&a[k][0], &a[k][1], &a[k][2], a[k + u][0], a[k + u][1], a[k + u][2]);
-            m[j] = a[0][0], d[j] = a[0][1], n[j] = a[0][2];
-        }
-    }
-    const int w = t >> 5, l = t & 31;
-    const float c0 = KVC_DIV(n[0], d[0]), c1 = KVC_DIV(n[1], d[1]);
-    float ss = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
-    for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(~0u, ss, k));
-    if (l == 0) red[w] = ss;
-    __syncthreads();
-    const float tot = KVC_ADD(KVC_ADD(KVC_ADD(red[0], red[1]), KVC_ADD(red[2], red[3])),
-                              KVC_ADD(KVC_ADD(red[4], red[5]), KVC_ADD(red[6], red[7])));
-    const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(tot, 0x1p-9f), 1e-6f)));
-    P.out[(size_t)o * 512 + 2 * t] = KVC_MUL(c0, rr), P.out[(size_t)o * 512 + 2 * t + 1] = KVC_MUL(c1, rr);
-}
-template <int CL, int MINB>
-static void launch_xpush(const Prob &P, int nout) {
-    static bool told;
-    if (CL > 8 && !told) cudaFuncSetAttribute(xpush<CL, MINB>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    cudaLaunchAttribute at;
-    const cudaLaunchConfig_t cfg = cluster_cfg(nout * P.S, 256, 0, CL, &at);
-    if (!told) {
-        int nc = 0;
-        cudaOccupancyMaxActiveClusters(&nc, xpush<CL, MINB>, &cfg);
-        printf(" [X%d/%dx: %d clusters resident]", CL, MINB, nc);
-        told = true;
-    }
-    cudaLaunchKernelEx(&cfg, xpush<CL, MINB>, P);
-}
-
-
-/* Sy<MINB, PDL>: one 256-thread CTA per (output, 32-dim slice), C = 128:
- * warp w = segments 2w (lanes 0-15) and 2w + 1 (lanes 16-31), 2 dims per
- * lane, 16 loads at once (L3e0's count per thread); the pair merged by a
- * shuffle, the 8 warp states in tree order through shared memory; c (32
- * floats) and its sum of squares (slx<1>'s order) to the workspace ([nout]
- * [512 c, 16 sums]), nothing else: a second kernel (syf, one CTA per output,
- * PDL = 1: programmatic dependent launch) scales.  The CTA count is 2 x
- * slx's, the per-thread loads half. */
-template <int MINB, int PDL>
-__global__ __launch_bounds__(256, MINB) void sly(Prob P) {
-    __shared__ float xs[8][6][16];
-    if (PDL) asm volatile("griddepcontrol.launch_dependents;");
-    const int o = blockIdx.x >> 4, sl = blockIdx.x & 15, t = threadIdx.x, w = t >> 5, l = t & 31, hl = l & 15;
-    const int *tr = chunk_row(P, o, 0, 0);
-    const int pg = __ldg(tr + 2 * w + (l >> 4));
-    float2 v[8], c[8];
-    const float2 *r = (const float2 *)(P.sc + (size_t)pg * 8192) + 16 * sl + hl;
-#pragma unroll
-    for (int i = 0; i < 8; i++) v[i] = __ldcs(r + i * 512), c[i] = __ldcs(r + i * 512 + 256);
-    float m[2], d[2], n[2];
-    seg_state2(v, c, m, d, n);
-    float mb[2], db[2], nb[2];
-    for (int j = 0; j < 2; j++)
-        mb[j] = __shfl_down_sync(~0u, m[j], 16), db[j] = __shfl_down_sync(~0u, d[j], 16), nb[j] = __shfl_down_sync(~0u, n[j], 16);
-    for (int j = 0; j < 2; j++) kvc_merge(&m[j], &d[j], &n[j], mb[j], db[j], nb[j]);
-#pragma unroll
-    for (int lv = 1; lv < 8; lv *= 2) {
-        if (w % (2 * lv) == lv && l < 16)
-            for (int j = 0; j < 2; j++) xs[w][j][l] = m[j], xs[w][2 + j][l] = d[j], xs[w][4 + j][l] = n[j];
-        __syncthreads();
-        if (w % (2 * lv) == 0 && l < 16)
-            for (int j = 0; j < 2; j++) kvc_merge(&m[j], &d[j], &n[j], xs[w + lv][j][l], xs[w + lv][2 + j][l], xs[w + lv][4 + j][l]);
-        __syncthreads();
-    }
-    if (w != 0) return;
-    const float c0 = KVC_DIV(n[0], d[0]), c1 = KVC_DIV(n[1], d[1]);
-    float ss = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
-    for (int k = 1; k < 16; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(~0u, ss, k));
-    float *rec = P.ws + (size_t)o * 528;
-    if (l < 16) rec[32 * sl + 2 * l] = c0, rec[32 * sl + 2 * l + 1] = c1;
-    if (l == 0) rec[512 + sl] = ss;
-}
-template <int PDL, int NSUM = 16>
-__global__ __launch_bounds__(512) void syf(Prob P) {
-    if (PDL) asm volatile("griddepcontrol.wait;" ::: "memory");
+/* SxFp's second kernel (one CTA per output, after slx<3> by programmatic
+ * dependent launch): the RMS scale of the 8 slices' c from their sums. */
+__global__ __launch_bounds__(512) void sxf(Prob P) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     const int o = blockIdx.x, t = threadIdx.x;
-    const float *rec = P.ws + (size_t)o * (512 + NSUM);
+    const float *rec = P.ws + (size_t)o * 520;
     float s8[8];
-    for (int k = 0; k < 8; k++)
-        s8[k] = NSUM == 16 ? KVC_ADD(__ldcg(rec + 512 + 2 * k), __ldcg(rec + 513 + 2 * k)) : __ldcg(rec + 512 + k);
+    for (int k = 0; k < 8; k++) s8[k] = __ldcg(rec + 512 + k);
     const float tot = KVC_ADD(KVC_ADD(KVC_ADD(s8[0], s8[1]), KVC_ADD(s8[2], s8[3])), KVC_ADD(KVC_ADD(s8[4], s8[5]), KVC_ADD(s8[6], s8[7])));
     const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(tot, 0x1p-9f), 1e-6f)));
     P.out[(size_t)o * 512 + t] = KVC_MUL(__ldcg(rec + t), rr);
 }
-/* slx<3> and its scale (syf<1, 8>) after a programmatic dependent launch. */
+/* SxFp: slx<3> and its scale kernel sxf after a programmatic dependent launch. */
 static void launch_slxf(const Prob &P, int nout) {
     slx<3, 4><<<nout * 8, 256>>>(P);
     cudaLaunchConfig_t cfg = {};
@@ -630,23 +483,7 @@ static void launch_slxf(const Prob &P, int nout) {
     at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at.val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = &at, cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, syf<1, 8>, P);
-}
-template <int MINB, int PDL>
-static void launch_sly(const Prob &P, int nout) {
-    sly<MINB, PDL><<<nout * 16, 256>>>(P);
-    if (!PDL) {
-        syf<0><<<nout, 512>>>(P);
-        return;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(nout);
-    cfg.blockDim = dim3(512);
-    cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &at, cfg.numAttrs = 1;
-    cudaLaunchKernelEx(&cfg, syf<1>, P);
+    cudaLaunchKernelEx(&cfg, sxf, P);
 }
 
 /* One warp per (output, chunk of K segments): K whole-page bulk copies
@@ -679,18 +516,9 @@ static void launch_bulk(const Prob &P) {
 }
 
 /* Thread 0: a whole page (32 KiB) into a stage, completing on bar. */
-__device__ int g_ef; /* page_fill's L2 policy: 0 the default (evict-normal), 1 evict-first */
 __device__ __forceinline__ void page_fill(unsigned char *dst, const float *src, unsigned long long *bar) {
     probe_expect(bar, 32768);
-    if (g_ef) {
-        unsigned long long pol;
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], 32768, [%2], %3;" ::"r"(
-                         su32(dst)),
-                     "l"(src), "r"(su32(bar)), "l"(pol)
-                     : "memory");
-    } else
-        probe_copy(dst, src, 32768, bar);
+    probe_copy(dst, src, 32768, bar);
 }
 
 /* One 512-thread CTA per (output, CH-segment chunk): NS stages of one whole
@@ -846,19 +674,7 @@ static void launch_pages(const Prob &P) {
 }
 
 
-/* PJ<log2 S, NS, MINB, JOIN> (windows of S = 2^log2S full segments): G
- * persistent 512-thread CTAs (MINB per SM), CTA g owns the global segments
- * [g T / G, (g + 1) T / G) of the T = nout S segments in output order (its
- * page ids resolved into shared memory first), streamed by whole-page bulk
- * copies through NS stages; thread t reduces dim t, the states going into a
- * register binary counter on absolute positions.  A window wholly inside a
- * CTA is scaled there (c times its RMS factor, the order of slx<1>'s sums);
- * a window cut by CTA boundaries leaves each piece's maximal subtrees in the
- * workspace by boundary (the head piece's "right" blocks at boundary g, the
- * tail piece's pending "left" blocks at boundary g + 1), and the last piece
- * to take its ticket merges all blocks in position order and scales.  JOIN
- * 0: the blocks are written, no ticket, no merge. */
-#define PJ_MAXR 256
+/* Random state values in [-2, 2) and scores in [-4, 4) (join mode: its bytes are compared). */
 __global__ void fill_rand(float *p, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         unsigned h = (unsigned)i * 2654435761u;
@@ -866,234 +682,6 @@ __global__ void fill_rand(float *p, size_t n) {
         const float u = (h >> 8) * 0x1p-24f; /* [0, 1) */
         p[i] = (i & 512) ? 8.f * u - 4.f : 4.f * u - 2.f; /* scores in [-4, 4), values in [-2, 2) */
     }
-}
-__device__ __forceinline__ void pj_scale(float *out, int o, float n, float d, float *red, int t) {
-    const float c = KVC_DIV(n, d);
-    float x = KVC_MUL(c, c);
-    x = KVC_ADD(x, __shfl_xor_sync(~0u, x, 1));
-    for (int k = 2; k < 32; k <<= 1) x = KVC_ADD(x, __shfl_xor_sync(~0u, x, k));
-    __syncthreads();
-    if ((t & 31) == 0) red[t >> 5] = x;
-    __syncthreads();
-    float s8[8];
-    for (int k = 0; k < 8; k++) s8[k] = KVC_ADD(red[2 * k], red[2 * k + 1]);
-    const float tot = KVC_ADD(KVC_ADD(KVC_ADD(s8[0], s8[1]), KVC_ADD(s8[2], s8[3])),
-                              KVC_ADD(KVC_ADD(s8[4], s8[5]), KVC_ADD(s8[6], s8[7])));
-    const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(tot, 0x1p-9f), 1e-6f)));
-    out[(size_t)o * 512 + t] = KVC_MUL(c, rr);
-}
-/* Boundary b's inner-ness: CTA b starts at T b / G. */
-__device__ __forceinline__ long long pj_start(long long T, int b, int G) { return T * b / G; }
-
-/* The merge of block Y (level L0, index i at that level) into the binary
- * counter stk (levels 0 .. NL - 1); the root into R when it closes. */
-template <int NL>
-__device__ __forceinline__ void pj_push(float (&stk)[NL][3], float Y0, float Y1, float Y2, int L0, int i, float &R1,
-                                        float &R2) {
-    bool cy = true;
-#pragma unroll
-    for (int L = 0; L < NL; L++)
-        if (cy && L >= L0) {
-            if (i & 1) {
-                kvc_merge(&stk[L][0], &stk[L][1], &stk[L][2], Y0, Y1, Y2);
-                Y0 = stk[L][0], Y1 = stk[L][1], Y2 = stk[L][2];
-                i >>= 1;
-            } else {
-                stk[L][0] = Y0, stk[L][1] = Y1, stk[L][2] = Y2;
-                cy = false;
-            }
-        }
-    if (cy) R1 = Y1, R2 = Y2;
-}
-#define PJ_MAXJ 512
-template <int LOG2S, int NS, int MINB, int JOIN>
-__global__ __launch_bounds__(512, MINB) void pj(Prob P, int G, float *out2, int *tg) {
-    constexpr int S = 1 << LOG2S, NL = LOG2S;
-    extern __shared__ __align__(128) unsigned char sm[];
-    __shared__ unsigned long long bar[NS];
-    __shared__ int pg[PJ_MAXR];
-    __shared__ int jt[JOIN == 2 ? PJ_MAXJ : 1];
-    __shared__ float red[16], dred[2][16];
-    __shared__ unsigned flag;
-    const int t = threadIdx.x, g = blockIdx.x;
-    const long long T = (long long)P.nout * S, s0 = pj_start(T, g, G);
-    const int R = (int)(pj_start(T, g + 1, G) - s0);
-    if (t == 0) {
-        for (int s = 0; s < NS; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(su32(bar + s)));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    for (int j = t; j < R; j += 512) {
-        const long long sg = s0 + j;
-        const int o = (int)(sg >> LOG2S), k = (int)(sg & (S - 1));
-        const long long b = __ldg(P.bidx + o);
-        const int r = __ldg(P.t2r + b);
-        const long long p = __ldg(P.pos + b);
-        pg[j] = __ldg(P.table + (size_t)r * P.tstride + (p - P.C + 1) / 8 + k);
-    }
-    __syncthreads();
-    if (t == 0)
-        for (int s = 0; s < NS && s < R; s++) page_fill(sm + s * 32768, P.sc + (size_t)pg[s] * 8192, bar + s);
-    /* blocks of boundary b, side h (0: left of it, 1: right): [NL][1536] floats; tags [count, (L << 16 | i) x NL] */
-    auto blk = [&](int b, int h, int q) { return P.ws + ((size_t)(b * 2 + h) * NL + q) * 1536; };
-    auto tgs = [&](int b, int h) { return tg + (b * 2 + h) * (NL + 1); };
-    float lv[NL][3], keep = 0.f;
-    unsigned vm = 0;
-    int nright = 0, po = -1, dpar = 0;
-    float pc = 0.f;
-    auto dfinish = [&]() { /* the deferred scale of window po (its sums in dred[dpar ^ 1]) */
-        const float *rd = dred[dpar ^ 1];
-        float s8[8];
-        for (int k = 0; k < 8; k++) s8[k] = KVC_ADD(rd[2 * k], rd[2 * k + 1]);
-        const float tot = KVC_ADD(KVC_ADD(KVC_ADD(s8[0], s8[1]), KVC_ADD(s8[2], s8[3])),
-                                  KVC_ADD(KVC_ADD(s8[4], s8[5]), KVC_ADD(s8[6], s8[7])));
-        const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(tot, 0x1p-9f), 1e-6f)));
-        out2[(size_t)po * 512 + t] = KVC_MUL(pc, rr);
-        po = -1;
-    };
-    for (int j = 0; j < R; j++) {
-        const int s = j % NS;
-        probe_wait(bar + s, (j / NS) & 1u);
-        const float *st = (const float *)(sm + s * 32768);
-        float v[8], c[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = st[i * 1024 + t], c[i] = st[i * 1024 + 512 + t];
-        __syncthreads();
-        if (t == 0 && j + NS < R) {
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            page_fill(sm + s * 32768, P.sc + (size_t)pg[j + NS] * 8192, bar + s);
-        }
-        if (JOIN == 2 && po >= 0) dfinish();
-        float X0 = c[0], X1 = 0.f, X2 = 0.f;
-#pragma unroll
-        for (int i = 1; i < 8; i++) X0 = kvc_max(X0, c[i]);
-#pragma unroll
-        for (int i = 0; i < 8; i++) kvc_seg_step(X0, c[i], v[i], &X1, &X2);
-        kvc_seg_close(X0, &X1, &X2);
-        const long long sg = s0 + j;
-        const int o = (int)(sg >> LOG2S), k = (int)(sg & (S - 1));
-        if (k == 0 || j == 0) vm = 0;
-        bool carry = true;
-#pragma unroll
-        for (int L = 0; L < NL; L++)
-            if (carry) {
-                if ((k >> L) & 1) {
-                    if ((vm >> L) & 1) {
-                        kvc_merge(&lv[L][0], &lv[L][1], &lv[L][2], X0, X1, X2);
-                        X0 = lv[L][0], X1 = lv[L][1], X2 = lv[L][2];
-                        vm &= ~(1u << L);
-                    } else { /* the left sibling is another CTA's: a right block of boundary g */
-                        if (JOIN) {
-                            float *bp = blk(g, 1, nright);
-                            bp[t] = X0, bp[512 + t] = X1, bp[1024 + t] = X2;
-                            if (t == 0) tgs(g, 1)[1 + nright] = L << 16 | (k >> L);
-                        } else keep += X2;
-                        nright++;
-                        carry = false;
-                    }
-                } else {
-                    lv[L][0] = X0, lv[L][1] = X1, lv[L][2] = X2;
-                    vm |= 1u << L;
-                    carry = false;
-                }
-            }
-        if (carry) { /* the whole window was here */
-            if (JOIN == 0) keep += KVC_DIV(X2, X1);
-            else if (JOIN == 1) pj_scale(out2, o, X2, X1, red, t);
-            else { /* deferred: the warp sums now, the rest after the next page's barrier */
-                pc = KVC_DIV(X2, X1);
-                float x = KVC_MUL(pc, pc);
-                x = KVC_ADD(x, __shfl_xor_sync(~0u, x, 1));
-                for (int q = 2; q < 32; q <<= 1) x = KVC_ADD(x, __shfl_xor_sync(~0u, x, q));
-                if ((t & 31) == 0) dred[dpar][t >> 5] = x;
-                dpar ^= 1;
-                po = o;
-            }
-            continue;
-        }
-        if (k != S - 1 && j != R - 1) continue;
-        if (!JOIN) {
-#pragma unroll
-            for (int L = 0; L < NL; L++) keep += (vm >> L) & 1 ? lv[L][2] : 0.f;
-            continue;
-        }
-        /* the piece ends and its window is cut: pending lefts, then the join */
-        if (j == R - 1 && k != S - 1) {
-            int q = 0;
-#pragma unroll
-            for (int L = NL - 1; L >= 0; L--)
-                if ((vm >> L) & 1) {
-                    float *bp = blk(g + 1, 0, q);
-                    bp[t] = lv[L][0], bp[512 + t] = lv[L][1], bp[1024 + t] = lv[L][2];
-                    if (t == 0) tgs(g + 1, 0)[1 + q] = L << 16 | ((k >> L) & ~1); /* a left child */
-                    q++;
-                }
-            if (t == 0) tgs(g + 1, 0)[0] = q;
-        }
-        if (t == 0 && sg - j > (long long)o * S) tgs(g, 1)[0] = nright; /* this piece began at boundary g */
-        nright = 0;
-        /* inner boundaries of o: lo .. hi */
-        const long long w0 = (long long)o * S, w1 = w0 + S;
-        int lo = (int)(w0 * G / T);
-        if (lo < 1) lo = 1;
-        while (pj_start(T, lo, G) <= w0) lo++;
-        int hi = lo;
-        while (hi + 1 < G && pj_start(T, hi + 1, G) < w1) hi++;
-        __threadfence();
-        __syncthreads();
-        if (t == 0) flag = atomicAdd(P.tk + o, 1u) == (unsigned)(hi - lo + 1);
-        __syncthreads();
-        if (!flag) continue;
-        __threadfence();
-        float stk[NL][3], R1 = 0.f, R2 = 0.f;
-        if (JOIN == 1) {
-            for (int b = lo; b <= hi; b++)
-                for (int h = 0; h < 2; h++) {
-                    const int *tq = tgs(b, h);
-                    const int cnt = __ldcg(tq);
-                    for (int q = 0; q < cnt; q++) {
-                        const int tag = __ldcg(tq + 1 + q);
-                        const float *bp = blk(b, h, q);
-                        pj_push<NL>(stk, __ldcg(bp + t), __ldcg(bp + 512 + t), __ldcg(bp + 1024 + t), tag >> 16,
-                                    tag & 0xFFFF, R1, R2);
-                    }
-                }
-        } else { /* every tag in one round, then the blocks 4 at a time */
-            const int nsd = (hi - lo + 1) * 2, nt = nsd * (NL + 1);
-            for (int i = t; i < nt; i += 512) jt[i] = __ldcg(tg + lo * 2 * (NL + 1) + i);
-            __syncthreads();
-            int sd = 0, q = 0;
-            while (sd < nsd) {
-                const float *bp[4];
-                int tag[4], nb = 0;
-                while (nb < 4 && sd < nsd) {
-                    if (q < jt[sd * (NL + 1)]) {
-                        bp[nb] = blk(lo + (sd >> 1), sd & 1, q), tag[nb] = jt[sd * (NL + 1) + 1 + q];
-                        nb++, q++;
-                    } else sd++, q = 0;
-                }
-                float Y[4][3];
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    if (u < nb) Y[u][0] = __ldcg(bp[u] + t), Y[u][1] = __ldcg(bp[u] + 512 + t), Y[u][2] = __ldcg(bp[u] + 1024 + t);
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    if (u < nb) pj_push<NL>(stk, Y[u][0], Y[u][1], Y[u][2], tag[u] >> 16, tag[u] & 0xFFFF, R1, R2);
-            }
-        }
-        pj_scale(out2, o, R2, R1, red, t);
-    }
-    if (JOIN == 2 && po >= 0) {
-        __syncthreads();
-        dfinish();
-    }
-    if (JOIN == 0 && keep == 1234.5f) out2[t] = keep;
-}
-template <int LOG2S, int NS, int MINB, int JOIN>
-static void launch_pj(const Prob &P, int G, float *out2, int *tg) {
-    static bool set;
-    auto k = pj<LOG2S, NS, MINB, JOIN>;
-    if (!set) cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, NS * 32768), set = true;
-    k<<<G, 512, NS * 32768>>>(P, G, out2, tg);
 }
 
 static char *g_flush;
@@ -1114,7 +702,7 @@ static void launch_ring(const Prob &P, int sms) {
 
 int main(int argc, char **argv) {
     const bool exact_only = argc > 1 && !strcmp(argv[1], "exact"); /* the ldge variants and their references */
-    const bool join_only = argc > 1 && !strcmp(argv[1], "join");   /* the PJ variants and their references */
+    const bool join_only = argc > 1 && !strcmp(argv[1], "join");   /* SxFp and its references (C = 128) */
     int sms = 132, l2 = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0);
@@ -1125,11 +713,8 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&sc, (size_t)total_pages * 8192 * 4));
     CK(cudaMemset(sc, 0, (size_t)total_pages * 8192 * 4));
     if (join_only) fill_rand<<<4096, 256>>>(sc, (size_t)total_pages * 8192);
-    float *out2a, *out2b;
-    int *tg;
+    float *out2a;
     CK(cudaMalloc(&out2a, (size_t)max_tokens * 512 * 4));
-    CK(cudaMalloc(&out2b, (size_t)max_tokens * 512 * 4));
-    CK(cudaMalloc(&tg, 4096 * 4));
     CK(cudaMalloc(&out, (size_t)max_tokens * 512 * 4));
     CK(cudaMalloc(&sink, 4));
     float *ws;
@@ -1176,34 +761,22 @@ int main(int argc, char **argv) {
                     const double t = time_us(fn, e0, e1);
                     printf(" %s/%d %.3f", name, K, t / fl);
                 };
-                if (join_only) {
+                if (join_only) { /* SxFp's bytes against slx<1>'s */
                     auto tz = [&] { cudaMemsetAsync(tk, 0, nout * 4); };
-                    const float *ref = out2a;
                     float *keep = P.out;
                     run("L3e0/5x", 1, [&] { ldge<1, 0, 5><<<nout * S, 256>>>(P); });
-                    /* bytes: a = SxFp (slx<3> + syf<1, 8>), b = SyFp/5x; ref = slx<1>'s */
-                    if (C == 128) {
-                        P.out = out2b;
-                        run("SyFp/5x", 1, [&] { launch_sly<5, 1>(P, nout); });
-                        P.out = out2a;
-                        run("SxFp/4x", 16, [&] { launch_slxf(P, nout); });
-                        P.out = keep;
-                        run("Sx0/4x", 16, [&] { slx<0, 4><<<nout * 8, 256>>>(P); });
-                        run("Sx1/4x", 16, [&] { tz(), slx<1, 4><<<nout * 8, 256>>>(P); });
-                        P.out = out2a;
-                        run("SxFp/4x", 16, [&] { launch_slxf(P, nout); });
-                        P.out = keep;
-                        ref = out;
-                    } else
-                        ref = out2a;
+                    run("Sx0/4x", 16, [&] { slx<0, 4><<<nout * 8, 256>>>(P); });
+                    run("Sx1/4x", 16, [&] { tz(), slx<1, 4><<<nout * 8, 256>>>(P); });
+                    P.out = out2a;
+                    run("SxFp/4x", 16, [&] { launch_slxf(P, nout); });
+                    P.out = keep;
                     CK(cudaDeviceSynchronize());
-                    std::vector<unsigned> ha((size_t)nout * 512), hb((size_t)nout * 512), hr((size_t)nout * 512);
-                    CK(cudaMemcpy(hr.data(), ref, ha.size() * 4, cudaMemcpyDeviceToHost));
+                    std::vector<unsigned> ha((size_t)nout * 512), hr((size_t)nout * 512);
+                    CK(cudaMemcpy(hr.data(), out, ha.size() * 4, cudaMemcpyDeviceToHost));
                     CK(cudaMemcpy(ha.data(), out2a, ha.size() * 4, cudaMemcpyDeviceToHost));
-                    CK(cudaMemcpy(hb.data(), out2b, ha.size() * 4, cudaMemcpyDeviceToHost));
-                    size_t da = 0, db = 0;
-                    for (size_t i = 0; i < ha.size(); i++) da += ha[i] != hr[i], db += hb[i] != hr[i];
-                    printf(" | diff vs %s: a %zu b %zu of %zu\n", C == 128 ? "Sx1 (a SxFp, b SyFp/5x)" : "-", da, db, ha.size());
+                    size_t da = 0;
+                    for (size_t i = 0; i < ha.size(); i++) da += ha[i] != hr[i];
+                    printf(" | SxFp bytes vs Sx1: %zu of %zu differ\n", da, ha.size());
                     fflush(stdout);
                     continue;
                 }
