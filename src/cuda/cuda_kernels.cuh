@@ -290,6 +290,24 @@ __device__ void record_error(kvc_device_status *st, int check, long long o, long
 
 __device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull); }
 
+/* After kvc_check_output(o) gave chk and inf: 1 when the output is skipped
+ * (an index error, recorded and counted, or padding, counted) -- the counts
+ * by the one caller that has `me` set -- else 0. */
+__device__ int skip_output(const launch_params &P, int chk, long long o, const kvc_out_info &inf, int me) {
+    if (chk != KVC_CHECK_NONE) {
+        if (me) {
+            record_error(P.status, chk, o, inf.value);
+            count(&P.status->outputs_invalid);
+        }
+        return 1;
+    }
+    if (inf.slot < 0) {
+        if (me) count(&P.status->outputs_padding);
+        return 1;
+    }
+    return 0;
+}
+
 /* OR of a flag over threads 0..127: one barrier-with-reduction (named
  * barrier 3, used for nothing else).  Every one of the 128 threads must call. */
 __device__ __forceinline__ int or_across_128(int v) {
@@ -492,18 +510,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     const long long o = blockIdx.x / P.pl.nchunk, j = blockIdx.x % P.pl.nchunk;
 
     kvc_out_info inf;
-    const int chk = kvc_check_output(&P.a, o, &inf, 0);
-    if (chk != KVC_CHECK_NONE) {
-        if (j == 0 && tid == 0) {
-            record_error(P.status, chk, o, inf.value);
-            count(&P.status->outputs_invalid);
-        }
-        return;
-    }
-    if (inf.slot < 0) {
-        if (j == 0 && tid == 0) count(&P.status->outputs_padding);
-        return;
-    }
+    if (skip_output(P, kvc_check_output(&P.a, o, &inf, 0), o, inf, j == 0 && tid == 0)) return;
     int64_t cstart, csize;
     kvc_chunk_of(P.pl.nseg, P.pl.ch, j, &cstart, &csize);
     const int active = (int)(csize < P.lanes ? csize : P.lanes); /* lanes with work */
@@ -607,15 +614,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         kvc_out_info inf;
         const long long o = o0 + q;
         const int chk = kvc_check_output(&a, o, &inf, 0);
-        int ok = 0;
-        if (chk != KVC_CHECK_NONE) {
-            record_error(P.status, chk, o, inf.value);
-            count(&P.status->outputs_invalid);
-        } else if (inf.slot < 0) {
-            count(&P.status->outputs_padding);
-        } else {
-            ok = 1;
-        }
+        int ok = !skip_output(P, chk, o, inf, 1);
         s_ok[q] = ok;
         s_bad[q] = 0;
         s_masked[q] = 0;

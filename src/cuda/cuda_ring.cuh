@@ -1,7 +1,7 @@
 /*
  * cuda_ring.cuh -- the ring kernel: windows of 8 to 64 full segments without
  * overlap, rows 16-byte aligned.  Included by cuda_kernels.cuh for DPT = 2
- * (exact and FAST); uses its stv, red_step, st_merge, record_error, count.
+ * (exact and FAST); uses its stv, red_step, st_merge, record_error, count, skip_output.
  * The host takes it for large calls (cuda_backend.cu).
  *
  * Work: an output is 8 slices of 64 dims, one per warp; the 8 warps of an
@@ -102,18 +102,7 @@ __device__ __noinline__ void ring_next(const launch_params &P, long long o, long
                                        ring_out *d) {
     for (; o < P.a.num_outputs; o += stride) {
         kvc_out_info inf;
-        const int chk = kvc_check_output(&P.a, o, &inf, 0);
-        if (chk != KVC_CHECK_NONE) {
-            if (lane == 0) {
-                record_error(P.status, chk, o, inf.value);
-                count(&P.status->outputs_invalid);
-            }
-            continue;
-        }
-        if (inf.slot < 0) {
-            if (lane == 0) count(&P.status->outputs_padding);
-            continue;
-        }
+        if (skip_output(P, kvc_check_output(&P.a, o, &inf, 0), o, inf, lane == 0)) continue;
         const kvc_i32 *trow = P.a.block_table + inf.r * P.a.block_table_stride;
         const long long bs = P.a.block_size, p0 = inf.p - P.a.compress_ratio + 1; /* no overlap: never masked */
         int bad = 0;

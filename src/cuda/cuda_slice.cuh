@@ -3,7 +3,7 @@
  * without overlap (C = 128, 256, 512), rows 8-byte aligned.  Included by
  * cuda_kernels.cuh for DPT = 2 (exact and FAST); uses its stv, seg_load,
  * seg_compute, st_merge, st_store, merge_chunks_tree, fin_load_*,
- * finish_loaded, record_error and count.  The host takes them for every such call.
+ * finish_loaded, skip_output, record_error and count.  The host takes them for every such call.
  *
  * Work: a CTA of 256 threads (8 warps) reduces one (output, 16-segment
  * chunk, 64-dim slice): warp w takes the chunk's segments 2w and 2w + 1, lane
@@ -155,17 +155,7 @@ __global__ void __launch_bounds__(DG) slice_finish_kernel(const launch_params P)
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-    if (chk != KVC_CHECK_NONE) {
-        if (q == 0) {
-            record_error(P.status, chk, o, inf.value);
-            count(&P.status->outputs_invalid);
-        }
-        return;
-    }
-    if (inf.slot < 0) {
-        if (q == 0) count(&P.status->outputs_padding);
-        return;
-    }
+    if (skip_output(P, chk, o, inf, q == 0)) return;
     const long long g = q < 8 * nch ? __ldcg(P.slice_bad + o * 8 * nch + q) : SLICE_OK;
     if (__syncthreads_or(g != SLICE_OK)) { /* a slice CTA met a bad physical block */
         if (g != SLICE_OK) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, g);
