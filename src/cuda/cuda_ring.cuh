@@ -1,7 +1,8 @@
 /*
  * cuda_ring.cuh -- the ring kernel: windows of 8 to 64 full segments without
  * overlap, rows 16-byte aligned.  Included by cuda_kernels.cuh for DPT = 2
- * (exact and FAST); uses its stv, red_step, st_merge, record_error, count, skip_output.
+ * (exact and FAST); uses its stv, red_step, st_merge, record_error, count
+ * and skip_output.
  * The host takes it for large calls (cuda_backend.cu).
  *
  * Work: an output is 8 slices of 64 dims, one per warp; the 8 warps of an

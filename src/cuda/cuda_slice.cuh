@@ -3,16 +3,17 @@
  * without overlap (C = 128, 256, 512), rows 8-byte aligned.  Included by
  * cuda_kernels.cuh for DPT = 2 (exact and FAST); uses its stv, seg_load,
  * seg_compute, st_merge, st_store, merge_chunks_tree, fin_load_*,
- * finish_loaded, skip_output, record_error and count.  The host takes them for every such call.
+ * finish_loaded, skip_output, record_error and count.  The host takes them
+ * for every such call the ring kernel does not take.
  *
  * Work: a CTA of 256 threads (8 warps) reduces one (output, 16-segment
  * chunk, 64-dim slice): warp w takes the chunk's segments 2w and 2w + 1, lane
  * l the dims 64 sl + 2l and + 1.  Lanes 0-15 of a warp look up its 16 rows
  * (and check their physical blocks), then every lane issues its 32 loads at
  * once (from each segment's first row and the token stride where its rows
- * are evenly strided, else through a per-warp row table); the two segment states merge in registers, the 8 warp states in tree
- * order through shared memory, and the chunk's state ([3][64] floats) goes to
- * the workspace.  No CTA ever waits for another: the finisher
+ * are evenly strided, else through a per-warp row table); the two segment
+ * states merge in registers, the 8 warp states in tree order through shared
+ * memory, and the chunk's state ([3][64] floats) goes to the workspace.  No CTA ever waits for another: the finisher
  * (slice_finish_kernel, one 256-thread CTA per output), started by
  * programmatic dependent launch, waits for the slice kernel's end, merges the
  * output's 1, 2 or 4 chunk states in tree order and finalises its slot.
@@ -128,10 +129,10 @@ __global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
         __syncthreads();
     }
     if (w == 0) st_store(st, P.chunk_states + (o * nch + j) * (3 * 512), q);
-    if (t < 8) { /* the CTA's bad-block word: SLICE_OK or a bad block's value */
+    if (t == 0) { /* the CTA's bad-block word: SLICE_OK or the first bad warp's block */
         long long g = SLICE_OK;
         for (int k = 0; k < 8; k++) g = g == SLICE_OK ? wbad[k] : g;
-        if (t == 0) P.slice_bad[blockIdx.x] = g;
+        P.slice_bad[blockIdx.x] = g;
     }
 }
 
