@@ -78,7 +78,8 @@ struct launch_params {
     kvc_device_status *status;  /* device status word                            */
     unsigned *tickets;          /* [num_outputs] arrival counters (zeroed)       */
     float *chunk_states;        /* [num_outputs][nchunk][3][512]                 */
-    long long *slice_bad;       /* slice kernel: [num_outputs][nchunk][8] bad-block words */
+    long long *slice_bad;       /* slice kernels: [num_outputs][8] bad-block words  */
+    float *slice_recs;          /* slice kernels: [num_outputs][SLICE_REC] c, RMS sums */
     int lanes;                  /* L                                             */
     int uniform;                /* all chunks full, nchunk a power of 2 <= kTreeMax L */
     int fast;                   /* vec and no overlap: straight-line full segments */
@@ -356,7 +357,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
                       (nseg == 16 || nseg == 32 || nseg == 64) && (uintptr_t)a->state_cache % 8 == 0 &&
                       a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0 && nout <= 0x7FFFFFFFLL / 64;
     if (slice) {
-        P.pl.nchunk = nseg / 16; /* chunk states [nout][nseg / 16][3][512] */
+        P.pl.nchunk = 1; /* no chunk states, no tickets: slice records */
         P.pl.vec = 1;
     }
     if (ring) {
@@ -383,9 +384,11 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     P.fast = P.pl.vec && a->overlap == KVC_OVERLAP_OFF;
 
     /* workspace: status word, tickets, chunk states */
-    /* (slice kernels: the tickets' place holds the CTAs' bad-block words) */
-    size_t st_bytes = 256, tk_bytes = ((size_t)nout * (slice ? 64 * P.pl.nchunk : 4) + 255) & ~(size_t)255;
-    size_t cs_bytes = (P.pl.nchunk > 1 || slice) ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0;
+    /* (slice kernels: the tickets' place holds the CTAs' bad-block words,
+     * the chunk states' the slice records) */
+    size_t st_bytes = 256, tk_bytes = ((size_t)nout * (slice ? 64 : 4) + 255) & ~(size_t)255;
+    size_t cs_bytes = slice ? (size_t)nout * kvc_cuda_d2::kSliceRec * 4
+                    : P.pl.nchunk > 1 ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0;
     size_t need = st_bytes + tk_bytes + cs_bytes;
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_find(dev, stream, 1);
@@ -425,6 +428,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     P.tickets = (unsigned *)(buf + st_bytes);
     P.slice_bad = (long long *)(buf + st_bytes);
     P.chunk_states = (float *)(buf + st_bytes + tk_bytes);
+    P.slice_recs = P.chunk_states;
     /* one memset for the library's status word and the tickets (adjacent);
      * none where the slice kernel runs: it zeroes the status word itself */
     const int kernel_zeroes = slice && nout > 0;
@@ -437,16 +441,22 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
     if (slice) {
-        const unsigned blocks = (unsigned)(nout * 8 * P.pl.nchunk);
-        if (fastnum) kvc_cuda_d2f::slice_kernel<<<blocks, 256, 0, stream>>>(P);
-        else kvc_cuda_d2::slice_kernel<<<blocks, 256, 0, stream>>>(P);
+        /* one CTA of nseg / 2 warps per (output, 64-dim slice) */
+        const unsigned blocks = (unsigned)(nout * 8);
+        const int w = (int)(nseg / 2);
+        void (*k)(const launch_params) =
+            fastnum ? (w == 8 ? kvc_cuda_d2f::slice_kernel<8> : w == 16 ? kvc_cuda_d2f::slice_kernel<16>
+                                                                        : kvc_cuda_d2f::slice_kernel<32>)
+                    : (w == 8 ? kvc_cuda_d2::slice_kernel<8> : w == 16 ? kvc_cuda_d2::slice_kernel<16>
+                                                                       : kvc_cuda_d2::slice_kernel<32>);
+        k<<<blocks, 32 * w, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         /* the finisher: programmatic dependent launch (sm_90), so that its
          * launch overlaps the slice kernel's last wave */
         cudaLaunchConfig_t cfg;
         memset(&cfg, 0, sizeof cfg);
         cfg.gridDim = dim3((unsigned)nout);
-        cfg.blockDim = dim3(kvc_cuda_d2::kDG);
+        cfg.blockDim = dim3(128);
         cfg.stream = stream;
         cudaLaunchAttribute at;
         at.id = cudaLaunchAttributeProgrammaticStreamSerialization;

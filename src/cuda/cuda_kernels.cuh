@@ -343,30 +343,35 @@ __device__ __forceinline__ void fin_load_cos_sin(const launch_params &P, long lo
 }
 
 /*
- * Finalise one output from c[512]: called by threads 0..127 together (named
- * barrier 1), thread q holding dims 4q..4q+3.  RMS sum in the canonical
- * pairwise tree (4 leaves per thread, then warp shuffles: a + b == b + a, so
- * the shuffle order does not matter, then the 4 warp sums), NOPE groups of 16
- * threads (q < 112), RoPE pairs on q >= 112.  red: 4 floats of shared memory.
+ * The RMS sum of c[512] in the canonical pairwise tree, on threads 0..127
+ * together (named barrier 1), thread q holding dims 4q..4q+3: 4 leaves per
+ * thread, warp shuffles (a + b == b + a, so the shuffle order does not
+ * matter), then the 4 warp sums.  red: 4 floats of shared memory.
+ */
+__device__ float rms_sum_128(const float c[4], int q, float *red) {
+    float sq[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) sq[j] = KVC_MUL(c[j], c[j]);
+    float ss = KVC_ADD(KVC_ADD(sq[0], sq[1]), KVC_ADD(sq[2], sq[3]));
+#pragma unroll
+    for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(0xffffffffu, ss, k));
+    if ((q & 31) == 0) red[q >> 5] = ss;
+    asm volatile("bar.sync 1, 128;");
+    return KVC_ADD(KVC_ADD(red[0], red[1]), KVC_ADD(red[2], red[3]));
+}
+
+/*
+ * Finalise one output from c[512] and its RMS sum ss: called by threads
+ * 0..127 together, thread q holding dims 4q..4q+3.  NOPE groups of 16
+ * threads (q < 112), RoPE pairs on q >= 112.
  * @return (thread 0) 1 when the output went to the non-finite slot.  The
  * caller counts it in the status word.
  */
-__device__ int finalize(const launch_params &P, long long slot, const float c[4], int q, float *red,
-                        const fin_in &f) {
+__device__ int finalize(const launch_params &P, long long slot, const float c[4], float ss, int q, const fin_in &f) {
     const kvc_args &a = P.a;
     int bad = 0;
-    float sq[4];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        bad |= kvc_nonfinite(c[j]);
-        sq[j] = KVC_MUL(c[j], c[j]);
-    }
-    float ss = KVC_ADD(KVC_ADD(sq[0], sq[1]), KVC_ADD(sq[2], sq[3]));
-#pragma unroll
-    for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(0xffffffffu, ss, k)); /* a+b == b+a */
-    if ((q & 31) == 0) red[q >> 5] = ss;
-    asm volatile("bar.sync 1, 128;");
-    ss = KVC_ADD(KVC_ADD(red[0], red[1]), KVC_ADD(red[2], red[3]));
+    for (int j = 0; j < 4; j++) bad |= kvc_nonfinite(c[j]);
     const float rr = kvc_rms_scale(ss, a.rms_norm_eps);
     float y[4];
 #pragma unroll
@@ -475,10 +480,11 @@ __device__ void merge_lanes(stv &st, int lane, int active, int q, float *smem) {
     __syncthreads();
 }
 
-/* c = num / den of lane 0's state, handed to the 128-thread finaliser;
- * f: the finaliser's inputs, loaded by the caller (fin_load_*). */
-__device__ void finish_loaded(const launch_params &P, const kvc_out_info &inf, const stv &st, int q, float *smem,
-                              const fin_in &f) {
+/* c = num / den of lane 0's state, handed to the 128-thread finaliser. */
+__device__ void finish(const launch_params &P, const kvc_out_info &inf, const stv &st, int q, float *smem) {
+    fin_in f;
+    fin_load_weights(P, q, f);
+    fin_load_cos_sin(P, inf.pc, q, f);
     /* lane-0 threads (q < DG) write c, the first 128 read 4 each */
 #pragma unroll
     for (int j = 0; j < DPT; j++) smem[DPT * q + j] = KVC_DIV(st.n[j], st.d[j]);
@@ -491,14 +497,8 @@ __device__ void finish_loaded(const launch_params &P, const kvc_out_info &inf, c
      * finalisation instead of holding the CTA after it (measured on the
      * OpenCL wide kernel) */
     if (q == 0) count(&P.status->outputs_written);
-    const int bad = finalize(P, inf.slot, c, q, smem + 512, f);
+    const int bad = finalize(P, inf.slot, c, rms_sum_128(c, q, smem + 512), q, f);
     if (q == 0 && bad) count(&P.status->outputs_nonfinite);
-}
-__device__ void finish(const launch_params &P, const kvc_out_info &inf, const stv &st, int q, float *smem) {
-    fin_in f;
-    fin_load_weights(P, q, f);
-    fin_load_cos_sin(P, inf.pc, q, f);
-    finish_loaded(P, inf, st, q, smem, f);
 }
 
 template <int KF>
@@ -690,7 +690,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
             float c[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) c[j] = cbuf[4 * q + j];
-            const int bad = finalize(P, s_slot[k], c, q, cbuf + 512, f);
+            const int bad = finalize(P, s_slot[k], c, rms_sum_128(c, q, cbuf + 512), q, f);
             written++;
             nonfinite += bad;
         }
@@ -712,7 +712,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
 /* what the host needs of this DPT */
 constexpr int kDG = DG, kMaxLanes = MAX_LANES, kTreeMax = TREE_MAX;
 #if DPT == 2
-constexpr int kSmallK = SMALL_K, kSmallMinb = SMALL_MINB;
+constexpr int kSmallK = SMALL_K, kSmallMinb = SMALL_MINB, kSliceRec = SLICE_REC;
 #undef SMALL_MINB
 #endif
 #undef DG

@@ -2,33 +2,35 @@
  * cuda_slice.cuh -- the slice kernels: windows of 16, 32 or 64 full segments
  * without overlap (C = 128, 256, 512), rows 8-byte aligned.  Included by
  * cuda_kernels.cuh for DPT = 2 (exact and FAST); uses its stv, seg_load,
- * seg_compute, st_merge, st_store, merge_chunks_tree, fin_load_*,
- * finish_loaded, skip_output, record_error and count.  The host takes them
- * for every such call the ring kernel does not take.
+ * seg_compute, st_merge, fin_load_*, finalize, skip_output, record_error and
+ * count.  The host takes them for every such call the ring kernel does not
+ * take.
  *
- * Work: a CTA of 256 threads (8 warps) reduces one (output, 16-segment
- * chunk, 64-dim slice): warp w takes the chunk's segments 2w and 2w + 1, lane
- * l the dims 64 sl + 2l and + 1.  Lanes 0-15 of a warp look up its 16 rows
- * (and check their physical blocks), then every lane issues its 32 loads at
- * once (from each segment's first row and the token stride where its rows
- * are evenly strided, else through a per-warp row table); the two segment
- * states merge in registers, the 8 warp states in tree order through shared
- * memory, and the chunk's state ([3][64] floats) goes to the workspace.  No CTA ever waits for another: the finisher
- * (slice_finish_kernel, one 256-thread CTA per output), started by
- * programmatic dependent launch, waits for the slice kernel's end, merges the
- * output's 1, 2 or 4 chunk states in tree order and finalises its slot.
- * Output checks, errors and the status counts are the finisher's: a slice CTA
- * leaves a word (slice_bad) that names a bad physical block it met.  There is
- * no memset: CTA 0 of the slice kernel zeroes the call's status word, which
- * nothing else writes before the finisher.
+ * Work: a CTA of W = C / 16 warps reduces one (output, 64-dim slice): warp w
+ * takes the window's segments 2w and 2w + 1, lane l the dims 64 sl + 2l and
+ * + 1.  Lanes 0-15 of a warp look up its 16 rows (and check their physical
+ * blocks), then every lane issues its 32 loads at once (from each segment's
+ * first row and the token stride where its rows are evenly strided, else
+ * through a per-warp row table); the two segment states merge in registers,
+ * the W warp states in tree order through shared memory.  Warp 0 then holds
+ * the slice's c = n / d, and its part of the RMS sum: the canonical pairwise
+ * tree over 512 dims has the 64 dims of a slice as one subtree.  Both go to
+ * the workspace (the output's slice record) and the CTA exits: no CTA ever
+ * waits for another.  The finisher (slice_finish_kernel, one 128-thread CTA
+ * per output), started by programmatic dependent launch, waits for the slice
+ * kernel's end, adds the 8 slices' sums in tree order and finalises the slot.
+ * Output checks, errors and the status counts are the finisher's: a slice
+ * CTA leaves a word (slice_bad) that names a bad physical block it met.
+ * There is no memset: CTA 0 of the slice kernel zeroes the call's status
+ * word, which nothing else writes before the finisher.
  *
- * Shared memory (static): xs [8 warps][6][32] warp states, rows [8 warps]
- * slice_rows, wbad [8 warps]: 8 KiB; 4 CTAs per SM are limited by registers.
+ * Shared memory (static): xs [W][6][32] warp states, rows [W] slice_rows,
+ * wbad [W]: 1 KiB a warp.  32 / W CTAs per SM (64 registers a thread).
  */
-#define SLICE_SEGS 16 /* segments per chunk: 8 warps x 2 */
+#define SLICE_REC 520 /* floats of an output's slice record: c[512], the 8 slices' RMS sums */
 #define SLICE_OK (-0x7FFFFFFFFFFFFFFFLL - 1) /* slice_bad: no bad block (a block is an int32) */
 
-/* A warp's 16 rows (segments 2w and 2w + 1 of the chunk): element offsets. */
+/* A warp's 16 rows (segments 2w and 2w + 1 of the window): element offsets. */
 struct slice_rows {
     long long voff[2 * KVC_SEG], soff[2 * KVC_SEG];
 };
@@ -62,19 +64,18 @@ __device__ __forceinline__ int slice_window(const kvc_args &a, long long o, long
     return 1;
 }
 
-__global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
-    __shared__ float xs[8][6][32];
-    __shared__ slice_rows rows[8];
-    __shared__ long long wbad[8];
+template <int W>
+__global__ void __launch_bounds__(32 * W, 32 / W) slice_kernel(const launch_params P) {
+    __shared__ float xs[W][6][32];
+    __shared__ slice_rows rows[W];
+    __shared__ long long wbad[W];
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
     if (blockIdx.x == 0 && threadIdx.x < sizeof(kvc_device_status) / 4) /* the call's status word: zero */
         reinterpret_cast<int *>(P.status)[threadIdx.x] = 0;
-    const int nch = (int)(P.pl.nseg / SLICE_SEGS);
-    const long long o = blockIdx.x / (8 * nch);
-    const int rest = (int)(blockIdx.x % (8 * nch)), j = rest >> 3, sl = rest & 7;
-    const int t = threadIdx.x, w = t >> 5, l = t & 31, q = 32 * sl + l;
+    const long long o = blockIdx.x >> 3;
+    const int sl = blockIdx.x & 7, t = threadIdx.x, w = t >> 5, l = t & 31, q = 32 * sl + l;
     if (l == 0) wbad[w] = SLICE_OK;
     long long p;
     const kvc_i32 *trow;
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
     const kvc_shape sh = kvc_shape_of(&P.a);
     kvc_i64 blk = 0;
     long long off = 0;
-    if (l < 2 * KVC_SEG) off = kvc_row_lookup(&sh, trow, p, (long long)j * SLICE_SEGS * KVC_SEG + 16 * w + l, &blk);
+    if (l < 2 * KVC_SEG) off = kvc_row_lookup(&sh, trow, p, 16 * w + l, &blk);
     const unsigned badm = __ballot_sync(0xffffffffu, l < 2 * KVC_SEG && off == KVC_ROW_BAD);
     if (badm) { /* the output is invalid: the finisher records it */
         const long long g = __shfl_sync(0xffffffffu, blk, __ffs(badm) - 1);
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
         }
     }
 #pragma unroll
-    for (int lv = 1; lv < 8; lv *= 2) { /* the warps' states in tree order */
+    for (int lv = 1; lv < W; lv *= 2) { /* the warps' states in tree order */
         if (w % (2 * lv) == lv)
 #pragma unroll
             for (int k = 0; k < 2; k++) xs[w][k][l] = st.m[k], xs[w][2 + k][l] = st.d[k], xs[w][4 + k][l] = st.n[k];
@@ -128,28 +129,34 @@ __global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
         }
         __syncthreads();
     }
-    if (w == 0) st_store(st, P.chunk_states + (o * nch + j) * (3 * 512), q);
+    if (w == 0) { /* c of the slice, and its subtree of the RMS sum */
+        const float c0 = KVC_DIV(st.n[0], st.d[0]), c1 = KVC_DIV(st.n[1], st.d[1]);
+        float ss = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
+#pragma unroll
+        for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(0xffffffffu, ss, k)); /* a+b == b+a */
+        float *rec = P.slice_recs + o * SLICE_REC;
+        reinterpret_cast<float2 *>(rec)[q] = make_float2(c0, c1);
+        if (l == 0) rec[512 + sl] = ss;
+    }
     if (t == 0) { /* the CTA's bad-block word: SLICE_OK or the first bad warp's block */
         long long g = SLICE_OK;
-        for (int k = 0; k < 8; k++) g = g == SLICE_OK ? wbad[k] : g;
+        for (int k = 0; k < W; k++) g = g == SLICE_OK ? wbad[k] : g;
         P.slice_bad[blockIdx.x] = g;
     }
 }
 
-/* One CTA (DG = 256 threads, thread q = dims 2q, 2q + 1) per output, after
- * slice_kernel: checks and counts the output, merges its chunk states in
- * tree order and finalises the slot.  Everything that does not depend on the
- * slice kernel (the checks, the RMS weights, cos/sin) is loaded before the
- * wait for it. */
-__global__ void __launch_bounds__(DG) slice_finish_kernel(const launch_params P) {
-    __shared__ float smem[512 + 8];
+/* One 128-thread CTA (thread q = dims 4q .. 4q + 3) per output, after
+ * slice_kernel: checks and counts the output, adds the slices' RMS sums in
+ * tree order and finalises the slot.  Everything that does not depend on
+ * the slice kernel (the checks, the RMS weights, cos/sin) is loaded before
+ * the wait for it. */
+__global__ void __launch_bounds__(128) slice_finish_kernel(const launch_params P) {
     const long long o = blockIdx.x;
-    const int q = threadIdx.x, nch = (int)(P.pl.nseg / SLICE_SEGS);
+    const int q = threadIdx.x;
     kvc_out_info inf;
     const int chk = kvc_check_output(&P.a, o, &inf, 0);
-    const int live = chk == KVC_CHECK_NONE && inf.slot >= 0;
     fin_in f;
-    if (live) {
+    if (chk == KVC_CHECK_NONE && inf.slot >= 0) {
         fin_load_weights(P, q, f);
         fin_load_cos_sin(P, inf.pc, q, f);
     }
@@ -157,12 +164,21 @@ __global__ void __launch_bounds__(DG) slice_finish_kernel(const launch_params P)
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
     if (skip_output(P, chk, o, inf, q == 0)) return;
-    const long long g = q < 8 * nch ? __ldcg(P.slice_bad + o * 8 * nch + q) : SLICE_OK;
+    const float *rec = P.slice_recs + o * SLICE_REC;
+    const long long g = q < 8 ? __ldcg(P.slice_bad + o * 8 + q) : SLICE_OK;
+    const float4 c4 = __ldcg(reinterpret_cast<const float4 *>(rec) + q);
+    const float4 sa = __ldcg(reinterpret_cast<const float4 *>(rec + 512)),
+                 sb = __ldcg(reinterpret_cast<const float4 *>(rec + 516));
     if (__syncthreads_or(g != SLICE_OK)) { /* a slice CTA met a bad physical block */
         if (g != SLICE_OK) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, g);
         if (q == 0) count(&P.status->outputs_invalid);
         return;
     }
-    const stv st = merge_chunks_tree(P.chunk_states + o * nch * (3 * 512), 0, nch, q);
-    finish_loaded(P, inf, st, q, smem, f);
+    const float c[4] = {c4.x, c4.y, c4.z, c4.w};
+    const float ss = KVC_ADD(KVC_ADD(KVC_ADD(sa.x, sa.y), KVC_ADD(sa.z, sa.w)),
+                             KVC_ADD(KVC_ADD(sb.x, sb.y), KVC_ADD(sb.z, sb.w)));
+    /* the count first: its atomic's round trip overlaps the finalisation */
+    if (q == 0) count(&P.status->outputs_written);
+    const int bad = finalize(P, inf.slot, c, ss, q, f);
+    if (q == 0 && bad) count(&P.status->outputs_nonfinite);
 }
