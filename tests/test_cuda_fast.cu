@@ -19,8 +19,8 @@ static const char *kSpecs[] = {
     "reqs=1,tokens=8192,C=128,block=7,layout=shuffle,seed=5",
     "reqs=1,tokens=6400,C=100,block=16",
     "reqs=4,tokens=4096,C=4,block=8,overlap=1,format=fp8",
-    /* large enough for the ring kernel (the subsets of the batch-invariance
-     * check take the chunked kernel: same bytes required) */
+    /* large calls of the slice kernels (the subsets of the batch-invariance
+     * check are smaller calls: same bytes required) */
     "reqs=8,tokens=65536,C=128,block=8",
     "reqs=4,tokens=65536,C=256,block=16,layout=shuffle,format=fp8",
 };

@@ -176,8 +176,7 @@ static int is_nonfinite_row(const uint8_t *row) {
     return row[583] == 0;
 }
 
-/* Outputs of C = 32 tokens (t = 1), or 64 (t = 2: windows of 8 segments,
- * which the CUDA ring kernel reduces under its test hook). */
+/* Outputs of C = 32 tokens (t = 1), or 64 (t = 2: windows of 8 segments). */
 static void test_nonfinite(int64_t t) {
     kvc_case c;
     const int64_t C = 32 * t;

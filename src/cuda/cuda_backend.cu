@@ -23,16 +23,11 @@
  *   - Index values are checked on the device (kvc_check.h); a bad output is
  *     skipped and the first error is recorded in the status word.
  *
- * Large calls of 16-segment windows (and 32-segment ones in FAST numerics)
- * take the ring kernel (cuda_ring.cuh): persistent CTAs, one warp per (output,
- * 64-dim slice), segments copied by TMA into per-warp shared-memory rings,
- * no workspace.
- *
  * Calls of 16, 32 or 64 full segments (C = 128, 256, 512) without overlap
- * that the ring does not take go to the slice kernels (cuda_slice.cuh): one
- * CTA per (output, 16-segment chunk, 64-dim slice) that leaves its chunk
- * state in the workspace, then a finisher per output (programmatic
- * dependent launch), no CTA waiting for another.
+ * go to the slice kernels (cuda_slice.cuh): one CTA per (output, 16-segment
+ * chunk, 64-dim slice) that leaves its slice record or chunk state in the
+ * workspace, then a finisher per output (programmatic dependent launch), no
+ * CTA waiting for another.
  *
  * Windows of one segment (C <= 8, or C <= 4 with overlap) go to a second
  * kernel, compress_small_kernel: a CTA takes K outputs (K sized for one full
@@ -53,10 +48,10 @@
  *
  * bench/NOTES.md records every version with its prediction and measurement,
  * including the experiments that were removed (a cp.async / TMA ring kernel:
- * commit d61d9d4).
+ * commit d61d9d4; the per-warp TMA ring kernel, after session 16 slower
+ * than the slice kernels or within 1% of them at every size: commit
+ * 44b5df8).
  */
-#include <cuda.h> /* CUtensorMap (types only: the encoder comes through the runtime) */
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -78,13 +73,12 @@ struct launch_params {
     kvc_device_status *status;  /* device status word                            */
     unsigned *tickets;          /* [num_outputs] arrival counters (zeroed)       */
     float *chunk_states;        /* [num_outputs][nchunk][3][512]                 */
-    long long *slice_bad;       /* slice kernels: [num_outputs][8] bad-block words  */
+    long long *slice_bad;       /* slice kernels: [num_outputs][nchunk][8] bad-block words */
+    int bs_shift;               /* slice kernels: log2(block_size) for a power of two, else -1 */
     float *slice_recs;          /* slice kernels: [num_outputs][SLICE_REC] c, RMS sums */
     int lanes;                  /* L                                             */
     int uniform;                /* all chunks full, nchunk a power of 2 <= kTreeMax L */
     int fast;                   /* vec and no overlap: straight-line full segments */
-    int tiles;                  /* ring kernel: tmap describes state_cache         */
-    CUtensorMap tmap;           /* ring kernel: state_cache as [blocks][block_size][2][8][64] floats (encode_state_map) */
 };
 
 /* The device code, once per dims-per-thread and numerics mode (cuda_kernels.cuh). */
@@ -137,33 +131,16 @@ KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d1f)
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2)
 KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2f)
 
-/* Raise kernel k's dynamic shared-memory limit to `bytes`, once: *raised
- * is its flag for the current device (a function attribute is set per device). */
-static cudaError_t raise_smem_once(void (*k)(const launch_params), int *raised, size_t bytes) {
-    if (*raised) return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e == cudaSuccess) *raised = 1;
-    return e;
+/* The slice kernels for nch chunks per window (cuda_slice.cuh): the token
+ * stride 1024 (dense rows) compiled in, or any. */
+typedef void (*slice_fn)(const launch_params);
+template <int NCH> static slice_fn pick_slice(int fastnum, int dense) {
+    return fastnum ? (dense ? kvc_cuda_d2f::slice_kernel<NCH, 1024> : kvc_cuda_d2f::slice_kernel<NCH, 0>)
+                   : (dense ? kvc_cuda_d2::slice_kernel<NCH, 1024> : kvc_cuda_d2::slice_kernel<NCH, 0>);
 }
-
-/* Launch ring_kernel<spw> of namespace NS (cuda_ring.cuh) on device dev
- * (< 64, current); its shared-memory limit is raised once per kernel and device. */
-#define KVC_DEFINE_LAUNCH_RING(NS)                                                                        \
-    static cudaError_t launch_ring_##NS(const launch_params &P, unsigned blocks, cudaStream_t s, int spw,  \
-                                        int dev) {                                                         \
-        static int raised[64][4]; /* per device: a function attribute is set per device */                \
-        void (*k)(const launch_params) = spw == 8    ? NS::ring_kernel<8>                                  \
-                                         : spw == 16 ? NS::ring_kernel<16>                                 \
-                                         : spw == 32 ? NS::ring_kernel<32>                                 \
-                                                     : NS::ring_kernel<64>;                                \
-        const int ki = spw == 8 ? 0 : spw == 16 ? 1 : spw == 32 ? 2 : 3;                                   \
-        const cudaError_t e = raise_smem_once(k, &raised[dev][ki], NS::kRingSmem);                         \
-        if (e != cudaSuccess) return e;                                                                    \
-        k<<<blocks, 512, NS::kRingSmem, s>>>(P);                                                           \
-        return cudaGetLastError();                                                                         \
-    }
-KVC_DEFINE_LAUNCH_RING(kvc_cuda_d2)
-KVC_DEFINE_LAUNCH_RING(kvc_cuda_d2f)
+template <int NCH> static slice_fn pick_finish(int fastnum) {
+    return fastnum ? kvc_cuda_d2f::slice_finish_kernel<NCH> : kvc_cuda_d2::slice_finish_kernel<NCH>;
+}
 
 /* ---- host side --------------------------------------------------------- */
 
@@ -250,34 +227,6 @@ static int device_of(const void *p) {
 
 static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *rep, int dev);
 
-/* The ring kernel's tensor map of the state cache (host-only encoding, no
- * device call); 0 when the driver has no encoder or refuses the shape
- * (the kernel then copies row by row). */
-static int encode_state_map(const kvc_args *a, CUtensorMap *tm) {
-    static PFN_cuTensorMapEncodeTiled_v12000 enc;
-    static int tried;
-    if (!tried) { /* a benign race: every thread stores the same pointer */
-        void *f = NULL;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) ==
-                cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            enc = (PFN_cuTensorMapEncodeTiled_v12000)f;
-        cudaGetLastError();
-        tried = 1;
-    }
-    if (!enc || a->block_size < KVC_SEG || a->num_blocks > 0x7FFFFFFFLL || a->block_size > 0x7FFFFFFFLL) return 0;
-    /* [blocks][rows][2 halves][8 slices][64 floats]: a box of one slice's
-     * 64 values and 64 scores of 8 rows */
-    const cuuint64_t dims[5] = {64, 8, 2, (cuuint64_t)a->block_size, (cuuint64_t)a->num_blocks};
-    const cuuint64_t strides[4] = {256, 2048, (cuuint64_t)a->state_stride_token * 4,
-                                   (cuuint64_t)a->state_stride_block * 4};
-    const cuuint32_t box[5] = {64, 1, 2, KVC_SEG, 1}, estr[5] = {1, 1, 1, 1, 1};
-    return enc(tm, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 5, (void *)a->state_cache, dims, strides, box, estr,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 /* The call runs on exec->device, or (-1) on the device that holds the
  * tensors; every tensor in device memory must be on that device.  The
  * calling thread's current device is restored afterwards. */
@@ -332,37 +281,20 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     const kvc_plan_policy pol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, MAX_CH,
                                  (long long)ks::kSmallMinb * sm_count(dev), ks::kSmallK, 0};
     kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &P.pl);
-    /* the ring kernel (cuda_ring.cuh): no overlap, 8..64 full segments (a
-     * power of two), 16-byte rows, 32-bit output indices, sm_90 and newer.
-     * Taken for large calls of 16-segment windows, and in FAST numerics of
-     * 32-segment ones: at least two segments per warp of the grid (where it
-     * measured faster than the chunked and slice kernels, bench/NOTES.md,
-     * sessions 10, 11 and 15); its segments come by tensor copies in EXACT
-     * numerics and by per-row bulk copies in FAST (each measured the better
-     * there).  The test hook KVC_CUDA_RING=1 takes it for every window it can
-     * reduce, so that the exact suites pin its bytes. */
     const long long nseg = P.pl.nseg;
-    const int ring_ok = sm_major(dev) >= 9 && a->overlap == KVC_OVERLAP_OFF && P.pl.rows % KVC_SEG == 0 &&
-                        nseg >= 8 && nseg <= 64 && (nseg & (nseg - 1)) == 0 && (uintptr_t)a->state_cache % 16 == 0 &&
-                        a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0 &&
-                        nout <= 0x7FFFFFFFLL - 2LL * sm_count(dev);
-    const int ring = ring_ok && (kvc_test_hook("KVC_CUDA_RING") ||
-                                 ((nseg == 16 || (fastnum && nseg == 32)) &&
-                                  nout * nseg >= 2LL * kvc_cuda_d2::kRingWarps * sm_count(dev)));
-    /* the slice kernels (cuda_slice.cuh): every other call of 16, 32 or 64
-     * full segments (C = 128, 256, 512) without overlap, 8-byte rows (faster
-     * than the chunked kernel at every such size, and than the ring for the
-     * windows it no longer takes, bench/NOTES.md, session 15). */
-    const int slice = !ring && a->overlap == KVC_OVERLAP_OFF && P.pl.rows == nseg * KVC_SEG &&
+    /* the slice kernels (cuda_slice.cuh): every call of 16, 32 or 64 full
+     * segments (C = 128, 256, 512) without overlap, 8-byte rows (faster than
+     * the chunked kernel at every such size, bench/NOTES.md,
+     * sessions 15 and 16). */
+    const int slice = a->overlap == KVC_OVERLAP_OFF && P.pl.rows == nseg * KVC_SEG &&
                       (nseg == 16 || nseg == 32 || nseg == 64) && (uintptr_t)a->state_cache % 8 == 0 &&
                       a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0 && nout <= 0x7FFFFFFFLL / 64;
     if (slice) {
-        P.pl.nchunk = 1; /* no chunk states, no tickets: slice records */
+        P.pl.nchunk = nseg / 16; /* C = 128: slice records; else chunk states [nout][nseg / 16][3][512] */
         P.pl.vec = 1;
-    }
-    if (ring) {
-        P.pl.nchunk = 1; /* no chunk states, no tickets */
-        P.tiles = !fastnum && encode_state_map(a, &P.tmap);
+        P.bs_shift = -1;
+        for (int k = 0; k < 62; k++)
+            if (a->block_size == (1LL << k)) P.bs_shift = k;
     }
     const long long ch = P.pl.ch;
     /* dims per thread of the main kernel: 1 for
@@ -386,9 +318,9 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     /* workspace: status word, tickets, chunk states */
     /* (slice kernels: the tickets' place holds the CTAs' bad-block words,
      * the chunk states' the slice records) */
-    size_t st_bytes = 256, tk_bytes = ((size_t)nout * (slice ? 64 : 4) + 255) & ~(size_t)255;
-    size_t cs_bytes = slice ? (size_t)nout * kvc_cuda_d2::kSliceRec * 4
-                    : P.pl.nchunk > 1 ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0;
+    size_t st_bytes = 256, tk_bytes = ((size_t)nout * (slice ? 64 * P.pl.nchunk : 4) + 255) & ~(size_t)255;
+    size_t cs_bytes = slice && P.pl.nchunk == 1 ? (size_t)nout * kvc_cuda_d2::kSliceRec * 4
+                      : (P.pl.nchunk > 1 ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0);
     size_t need = st_bytes + tk_bytes + cs_bytes;
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_find(dev, stream, 1);
@@ -441,37 +373,29 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
     if (slice) {
-        /* one CTA of nseg / 2 warps per (output, 64-dim slice) */
-        const unsigned blocks = (unsigned)(nout * 8);
-        const int w = (int)(nseg / 2);
-        void (*k)(const launch_params) =
-            fastnum ? (w == 8 ? kvc_cuda_d2f::slice_kernel<8> : w == 16 ? kvc_cuda_d2f::slice_kernel<16>
-                                                                        : kvc_cuda_d2f::slice_kernel<32>)
-                    : (w == 8 ? kvc_cuda_d2::slice_kernel<8> : w == 16 ? kvc_cuda_d2::slice_kernel<16>
-                                                                       : kvc_cuda_d2::slice_kernel<32>);
-        k<<<blocks, 32 * w, 0, stream>>>(P);
+        /* one CTA per (output, 16-segment chunk, 64-dim slice) */
+        const int nch = (int)(nseg / 16);
+        const unsigned blocks = (unsigned)(nout * 8 * nch);
+        const int dense = a->state_stride_token == 1024; /* TS: the token stride at compile time */
+        void (*slice_k)(const launch_params) =
+            nch == 1 ? pick_slice<1>(fastnum, dense) : nch == 2 ? pick_slice<2>(fastnum, dense) : pick_slice<4>(fastnum, dense);
+        void (*finish_k)(const launch_params) =
+            nch == 1 ? pick_finish<1>(fastnum) : nch == 2 ? pick_finish<2>(fastnum) : pick_finish<4>(fastnum);
+        slice_k<<<blocks, 256, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         /* the finisher: programmatic dependent launch (sm_90), so that its
          * launch overlaps the slice kernel's last wave */
         cudaLaunchConfig_t cfg;
         memset(&cfg, 0, sizeof cfg);
         cfg.gridDim = dim3((unsigned)nout);
-        cfg.blockDim = dim3(128);
+        cfg.blockDim = dim3(nch == 1 ? 128 : kvc_cuda_d2::kDG);
         cfg.stream = stream;
         cudaLaunchAttribute at;
         at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
         at.val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = &at;
         cfg.numAttrs = sm_major(dev) >= 9 ? 1 : 0;
-        err = cudaLaunchKernelEx(&cfg, fastnum ? kvc_cuda_d2f::slice_finish_kernel : kvc_cuda_d2::slice_finish_kernel, P);
-        if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
-        return KVC_OK;
-    }
-    if (ring) {
-        const unsigned blocks = (unsigned)(nout < sm_count(dev) ? nout : sm_count(dev));
-        const int spw = (int)nseg;
-        err = fastnum ? launch_ring_kvc_cuda_d2f(P, blocks, stream, spw, dev)
-                      : launch_ring_kvc_cuda_d2(P, blocks, stream, spw, dev);
+        err = cudaLaunchKernelEx(&cfg, finish_k, P);
         if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }

@@ -480,11 +480,10 @@ __device__ void merge_lanes(stv &st, int lane, int active, int q, float *smem) {
     __syncthreads();
 }
 
-/* c = num / den of lane 0's state, handed to the 128-thread finaliser. */
-__device__ void finish(const launch_params &P, const kvc_out_info &inf, const stv &st, int q, float *smem) {
-    fin_in f;
-    fin_load_weights(P, q, f);
-    fin_load_cos_sin(P, inf.pc, q, f);
+/* c = num / den of lane 0's state, handed to the 128-thread finaliser;
+ * f: the finaliser's inputs, loaded by the caller (fin_load_*). */
+__device__ void finish_loaded(const launch_params &P, const kvc_out_info &inf, const stv &st, int q, float *smem,
+                              const fin_in &f) {
     /* lane-0 threads (q < DG) write c, the first 128 read 4 each */
 #pragma unroll
     for (int j = 0; j < DPT; j++) smem[DPT * q + j] = KVC_DIV(st.n[j], st.d[j]);
@@ -499,6 +498,12 @@ __device__ void finish(const launch_params &P, const kvc_out_info &inf, const st
     if (q == 0) count(&P.status->outputs_written);
     const int bad = finalize(P, inf.slot, c, rms_sum_128(c, q, smem + 512), q, f);
     if (q == 0 && bad) count(&P.status->outputs_nonfinite);
+}
+__device__ void finish(const launch_params &P, const kvc_out_info &inf, const stv &st, int q, float *smem) {
+    fin_in f;
+    fin_load_weights(P, q, f);
+    fin_load_cos_sin(P, inf.pc, q, f);
+    finish_loaded(P, inf, st, q, smem, f);
 }
 
 template <int KF>
@@ -706,7 +711,6 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
 
 #if DPT == 2
 #include "cuda_slice.cuh"
-#include "cuda_ring.cuh"
 #endif
 
 /* what the host needs of this DPT */

@@ -3,44 +3,50 @@
  * without overlap (C = 128, 256, 512), rows 8-byte aligned.  Included by
  * cuda_kernels.cuh for DPT = 2 (exact and FAST); uses its stv, seg_load,
  * seg_compute, st_merge, fin_load_*, finalize, skip_output, record_error and
- * count.  The host takes them for every such call the ring kernel does not
- * take.
+ * count.  The host takes them for every such call.
  *
- * Work: a CTA of W = C / 16 warps reduces one (output, 64-dim slice): warp w
- * takes the window's segments 2w and 2w + 1, lane l the dims 64 sl + 2l and
- * + 1.  Lanes 0-15 of a warp look up its 16 rows (and check their physical
- * blocks), then every lane issues its 32 loads at once (from each segment's
- * first row and the token stride where its rows are evenly strided, else
- * through a per-warp row table); the two segment states merge in registers,
- * the W warp states in tree order through shared memory.  Warp 0 then holds
- * the slice's c = n / d, and its part of the RMS sum: the canonical pairwise
- * tree over 512 dims has the 64 dims of a slice as one subtree.  Both go to
- * the workspace (the output's slice record) and the CTA exits: no CTA ever
- * waits for another.  The finisher (slice_finish_kernel, one 128-thread CTA
- * per output), started by programmatic dependent launch, waits for the slice
- * kernel's end, adds the 8 slices' sums in tree order and finalises the slot.
- * Output checks, errors and the status counts are the finisher's: a slice
- * CTA leaves a word (slice_bad) that names a bad physical block it met.
- * There is no memset: CTA 0 of the slice kernel zeroes the call's status
- * word, which nothing else writes before the finisher.
+ * Work: a CTA of 256 threads (8 warps) reduces one (output, 16-segment
+ * chunk, 64-dim slice): warp w takes the chunk's segments 2w and 2w + 1,
+ * lane l the dims 64 sl + 2l and + 1.  Lanes 0-15 of a warp look up its 16
+ * rows (and check their physical blocks), then every lane issues its 32
+ * loads at once (from each segment's first row and the token stride where
+ * its rows are evenly strided, else through a per-warp row table); the two
+ * segment states merge in registers, the 8 warp states in tree order through
+ * shared memory, and the CTA stores what the finisher needs and exits: no
+ * CTA ever waits for another.  C = 128 (one chunk): warp 0 holds the
+ * slice's c = n / d and its part of the RMS sum (the canonical pairwise tree
+ * over 512 dims has a 64-dim slice as one subtree): the output's slice
+ * record.  C = 256 / 512: the chunk's state ([3][64] floats).  The finisher
+ * (slice_finish_kernel, one 128-thread CTA per output), started by
+ * programmatic dependent launch, waits for the slice kernel's end, adds the
+ * 8 slices' sums in tree order (or merges the 2 / 4 chunk states in tree
+ * order and sums) and finalises the slot.  Output checks, errors and the
+ * status counts are the finisher's: a slice CTA leaves a word (slice_bad)
+ * that names a bad physical block it met.  There is no memset: CTA 0 of the
+ * slice kernel zeroes the call's status word, which nothing else writes
+ * before the finisher.
  *
- * Shared memory (static): xs [W][6][32] warp states, rows [W] slice_rows,
- * wbad [W]: 1 KiB a warp.  32 / W CTAs per SM (64 registers a thread).
+ * Shared memory (static): xs [8 warps][6][32] warp states, rows [8 warps]
+ * slice_rows, wbad [8 warps]: 8 KiB; 4 CTAs per SM are limited by registers.
  */
-#define SLICE_REC 520 /* floats of an output's slice record: c[512], the 8 slices' RMS sums */
+#define SLICE_REC 520 /* floats of an output's slice record (C = 128): c[512], the 8 slices' RMS sums */
 #define SLICE_OK (-0x7FFFFFFFFFFFFFFFLL - 1) /* slice_bad: no bad block (a block is an int32) */
 
-/* A warp's 16 rows (segments 2w and 2w + 1 of the window): element offsets. */
+/* A warp's 16 rows (segments 2w and 2w + 1 of the chunk): element offsets. */
 struct slice_rows {
     long long voff[2 * KVC_SEG], soff[2 * KVC_SEG];
 };
 
 /* Thread q's 2 dims of the 8 rows from element offset off, ts floats apart
- * (ts even), no overlap: values at + 0, scores at + 512. */
+ * (ts even), no overlap: values at + 0, scores at + 512.  TS > 0: ts == TS,
+ * known at compile time, so that the 32 loads of a thread address from two
+ * registers by immediate offsets (a runtime stride needs a 64-bit address
+ * per load, more than the register budget lets be live at once). */
+template <int TS>
 __device__ __forceinline__ void seg_load_strided(const launch_params &P, long long off, long long ts, int q,
                                                  seg_data &x) {
     const float2 *p = reinterpret_cast<const float2 *>(P.a.state_cache + off) + q;
-    const long long t2 = ts / 2;
+    const long long t2 = TS > 0 ? TS / 2 : ts / 2;
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++) {
         const float2 a = KVC_LD(p + i * t2), b = KVC_LD(p + i * t2 + 256);
@@ -48,59 +54,83 @@ __device__ __forceinline__ void seg_load_strided(const launch_params &P, long lo
     }
 }
 
+/* pos / block_size: a shift where the block size is a power of two. */
+__device__ __forceinline__ long long slice_block_of(const launch_params &P, long long pos) {
+    return P.bs_shift >= 0 ? pos >> P.bs_shift : kvc_udiv(pos, P.a.block_size);
+}
+
 /* What a slice CTA needs of output o to load its rows safely: the boundary
- * position p and the request's block-table row; 0 for a padding or invalid
- * output (the finisher runs all of kvc_check_output and records it).  The
- * window's rows p - C + 1 .. p then lie in logical blocks 0 .. p / bs. */
-__device__ __forceinline__ int slice_window(const kvc_args &a, long long o, long long *p, const kvc_i32 **trow) {
+ * position p, the request's block-table row and the slot (< 0: padding);
+ * 0 for an invalid output (the finisher runs all of kvc_check_output and
+ * records it).  The window's rows p - C + 1 .. p then lie in logical blocks
+ * 0 .. p / bs.  The caller tests the slot only once its table loads are
+ * issued: the padding test is not needed for their safety, and a branch on
+ * it before them delays them. */
+__device__ __forceinline__ int slice_window(const launch_params &P, long long o, long long *p, const kvc_i32 **trow,
+                                            long long *slot) {
+    const kvc_args &a = P.a;
     const kvc_i64 b = a.boundary_token_indices[o];
     if (b < 0 || b >= a.num_tokens) return 0;
-    const kvc_i64 slot = a.kv_slot_mapping[b], r = a.token_to_req[b], pp = a.positions[b];
-    if (slot < 0 || r < 0 || r >= a.num_reqs || pp < a.compress_ratio - 1 ||
-        kvc_udiv(pp, a.block_size) >= a.blocks_per_req)
-        return 0;
+    const kvc_i64 r = a.token_to_req[b], pp = a.positions[b];
+    *slot = a.kv_slot_mapping[b];
+    if (r < 0 || r >= a.num_reqs || pp < a.compress_ratio - 1 || slice_block_of(P, pp) >= a.blocks_per_req) return 0;
     *p = pp;
     *trow = a.block_table + r * a.block_table_stride;
     return 1;
 }
 
-template <int W>
-__global__ void __launch_bounds__(32 * W, 32 / W) slice_kernel(const launch_params P) {
-    __shared__ float xs[W][6][32];
-    __shared__ slice_rows rows[W];
-    __shared__ long long wbad[W];
+template <int NCH, int TS>
+__global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
+    __shared__ float xs[8][6][32];
+    __shared__ slice_rows rows[8];
+    __shared__ long long wbad[8];
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
     if (blockIdx.x == 0 && threadIdx.x < sizeof(kvc_device_status) / 4) /* the call's status word: zero */
         reinterpret_cast<int *>(P.status)[threadIdx.x] = 0;
-    const long long o = blockIdx.x >> 3;
-    const int sl = blockIdx.x & 7, t = threadIdx.x, w = t >> 5, l = t & 31, q = 32 * sl + l;
+    const long long o = blockIdx.x / (8 * NCH);
+    const int j = (int)(blockIdx.x % (8 * NCH)) >> 3, sl = blockIdx.x & 7;
+    const int t = threadIdx.x, w = t >> 5, l = t & 31, q = 32 * sl + l;
     if (l == 0) wbad[w] = SLICE_OK;
-    long long p;
+    long long p, slot;
     const kvc_i32 *trow;
-    if (!slice_window(P.a, o, &p, &trow)) return; /* padding or invalid: the finisher's */
-    const kvc_shape sh = kvc_shape_of(&P.a);
-    kvc_i64 blk = 0;
-    long long off = 0;
-    if (l < 2 * KVC_SEG) off = kvc_row_lookup(&sh, trow, p, 16 * w + l, &blk);
-    const unsigned badm = __ballot_sync(0xffffffffu, l < 2 * KVC_SEG && off == KVC_ROW_BAD);
-    if (badm) { /* the output is invalid: the finisher records it */
-        const long long g = __shfl_sync(0xffffffffu, blk, __ffs(badm) - 1);
-        if (l == 0) wbad[w] = g;
+    if (!slice_window(P, o, &p, &trow, &slot)) return; /* invalid: the finisher's */
+    const long long ts = P.a.state_stride_token, pos0 = p - P.a.compress_ratio + 1 + 128 * j + 16 * w;
+    long long off = 0, o0, o1;
+    unsigned badm, strided;
+    if (P.bs_shift >= 3 && (pos0 & 7) == 0) {
+        /* each of the warp's two segments lies in one block (the common
+         * case): two table entries, the same for every lane */
+        const long long l0 = pos0 >> P.bs_shift, l1 = (pos0 + KVC_SEG) >> P.bs_shift;
+        const kvc_i64 g0 = trow[l0], g1 = trow[l1];
+        const int bad0 = g0 < 0 || g0 >= P.a.num_blocks, bad1 = g1 < 0 || g1 >= P.a.num_blocks;
+        badm = bad0 | bad1;
+        if (badm && l == 0) wbad[w] = bad0 ? g0 : g1;
+        o0 = g0 * P.a.state_stride_block + (pos0 - (l0 << P.bs_shift)) * ts;
+        o1 = g1 * P.a.state_stride_block + (pos0 + KVC_SEG - (l1 << P.bs_shift)) * ts;
+        strided = 0xffffffffu;
+    } else {
+        const kvc_shape sh = kvc_shape_of(&P.a);
+        kvc_i64 blk = 0;
+        if (l < 2 * KVC_SEG) off = kvc_row_lookup(&sh, trow, p, 128 * j + 16 * w + l, &blk);
+        badm = __ballot_sync(0xffffffffu, l < 2 * KVC_SEG && off == KVC_ROW_BAD);
+        if (badm) { /* the output is invalid: the finisher records it */
+            const long long g = __shfl_sync(0xffffffffu, blk, __ffs(badm) - 1);
+            if (l == 0) wbad[w] = g;
+        }
+        /* a segment whose 8 rows are evenly strided is loaded from its
+         * first row's offset; any other through the table */
+        o0 = __shfl_sync(0xffffffffu, off, 0), o1 = __shfl_sync(0xffffffffu, off, KVC_SEG);
+        strided = __ballot_sync(0xffffffffu, l >= 2 * KVC_SEG || off == (l < KVC_SEG ? o0 : o1) + (l & 7) * ts);
     }
-    /* a segment whose 8 rows are evenly strided (one block: the common case)
-     * is loaded from its first row's offset; any other through the table */
-    const long long ts = P.a.state_stride_token, o0 = __shfl_sync(0xffffffffu, off, 0),
-                    o1 = __shfl_sync(0xffffffffu, off, KVC_SEG);
-    const unsigned strided =
-        __ballot_sync(0xffffffffu, l >= 2 * KVC_SEG || off == (l < KVC_SEG ? o0 : o1) + (l & 7) * ts);
+    if (slot < 0) return; /* padding: the finisher's */
     stv st;
     if (!badm) { /* else the warp loads nothing; its state is never used */
         seg_data x0, x1;
         if (strided == 0xffffffffu) {
-            seg_load_strided(P, o0, ts, q, x0);
-            seg_load_strided(P, o1, ts, q, x1);
+            seg_load_strided<TS>(P, o0, ts, q, x0);
+            seg_load_strided<TS>(P, o1, ts, q, x1);
             st = seg_compute(x0, KVC_SEG);
             st_merge(st, seg_compute(x1, KVC_SEG));
         } else { /* one segment at a time (fewer registers live) */
@@ -116,7 +146,7 @@ __global__ void __launch_bounds__(32 * W, 32 / W) slice_kernel(const launch_para
         }
     }
 #pragma unroll
-    for (int lv = 1; lv < W; lv *= 2) { /* the warps' states in tree order */
+    for (int lv = 1; lv < 8; lv *= 2) { /* the warps' states in tree order */
         if (w % (2 * lv) == lv)
 #pragma unroll
             for (int k = 0; k < 2; k++) xs[w][k][l] = st.m[k], xs[w][2 + k][l] = st.d[k], xs[w][4 + k][l] = st.n[k];
@@ -129,7 +159,8 @@ __global__ void __launch_bounds__(32 * W, 32 / W) slice_kernel(const launch_para
         }
         __syncthreads();
     }
-    if (w == 0) { /* c of the slice, and its subtree of the RMS sum */
+    if (w == 0 && NCH > 1) st_store(st, P.chunk_states + (o * NCH + j) * (3 * 512), q);
+    if (w == 0 && NCH == 1) { /* c of the slice, and its subtree of the RMS sum */
         const float c0 = KVC_DIV(st.n[0], st.d[0]), c1 = KVC_DIV(st.n[1], st.d[1]);
         float ss = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
 #pragma unroll
@@ -140,17 +171,21 @@ __global__ void __launch_bounds__(32 * W, 32 / W) slice_kernel(const launch_para
     }
     if (t == 0) { /* the CTA's bad-block word: SLICE_OK or the first bad warp's block */
         long long g = SLICE_OK;
-        for (int k = 0; k < W; k++) g = g == SLICE_OK ? wbad[k] : g;
+        for (int k = 0; k < 8; k++) g = g == SLICE_OK ? wbad[k] : g;
         P.slice_bad[blockIdx.x] = g;
     }
 }
 
-/* One 128-thread CTA (thread q = dims 4q .. 4q + 3) per output, after
- * slice_kernel: checks and counts the output, adds the slices' RMS sums in
- * tree order and finalises the slot.  Everything that does not depend on
- * the slice kernel (the checks, the RMS weights, cos/sin) is loaded before
- * the wait for it. */
-__global__ void __launch_bounds__(128) slice_finish_kernel(const launch_params P) {
+/* One CTA per output after slice_kernel<NCH, TS>: checks and counts the
+ * output, gets c and its RMS sum and finalises the slot.  NCH = 1: 128
+ * threads (thread q = dims 4q .. 4q + 3) read the slice record and add the
+ * slices' sums in tree order; else DG = 256 threads (thread q = dims 2q, 2q +
+ * 1) merge the chunk states in tree order, then finish.  Everything that
+ * does not depend on the slice kernel (the checks, the RMS weights, cos/sin)
+ * is loaded before the wait for it. */
+template <int NCH>
+__global__ void __launch_bounds__(NCH == 1 ? 128 : DG) slice_finish_kernel(const launch_params P) {
+    __shared__ float smem[NCH == 1 ? 1 : 512 + 8];
     const long long o = blockIdx.x;
     const int q = threadIdx.x;
     kvc_out_info inf;
@@ -165,13 +200,20 @@ __global__ void __launch_bounds__(128) slice_finish_kernel(const launch_params P
 #endif
     if (skip_output(P, chk, o, inf, q == 0)) return;
     const float *rec = P.slice_recs + o * SLICE_REC;
-    const long long g = q < 8 ? __ldcg(P.slice_bad + o * 8 + q) : SLICE_OK;
-    const float4 c4 = __ldcg(reinterpret_cast<const float4 *>(rec) + q);
-    const float4 sa = __ldcg(reinterpret_cast<const float4 *>(rec + 512)),
-                 sb = __ldcg(reinterpret_cast<const float4 *>(rec + 516));
+    const long long g = q < 8 * NCH ? __ldcg(P.slice_bad + o * 8 * NCH + q) : SLICE_OK;
+    float4 c4, sa, sb;
+    if (NCH == 1) { /* issued before the check: one round trip */
+        c4 = __ldcg(reinterpret_cast<const float4 *>(rec) + q);
+        sa = __ldcg(reinterpret_cast<const float4 *>(rec + 512));
+        sb = __ldcg(reinterpret_cast<const float4 *>(rec + 516));
+    }
     if (__syncthreads_or(g != SLICE_OK)) { /* a slice CTA met a bad physical block */
         if (g != SLICE_OK) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, g);
         if (q == 0) count(&P.status->outputs_invalid);
+        return;
+    }
+    if (NCH > 1) {
+        finish_loaded(P, inf, merge_chunks_tree(P.chunk_states + o * NCH * (3 * 512), 0, NCH, q), q, smem, f);
         return;
     }
     const float c[4] = {c4.x, c4.y, c4.z, c4.w};

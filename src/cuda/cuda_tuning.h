@@ -25,7 +25,4 @@
  * three of 28 or two of 42) */
 #define SMALL_K 96
 
-/* ring kernel: shared-memory stages per warp (16 warps, one CTA per SM; 3 was slower) */
-#define KVC_CUDA_RING_STAGES 2
-
 #endif
