@@ -72,10 +72,9 @@ struct launch_params {
     kvc_plan pl;                /* rows, segments, chunking, small_k, vec        */
     kvc_device_status *status;  /* device status word                            */
     unsigned *tickets;          /* [num_outputs] arrival counters (zeroed)       */
-    float *chunk_states;        /* [num_outputs][nchunk][3][512]                 */
+    float *chunk_states;        /* [num_outputs][nchunk][3][512]; slice kernels at C = 128: [num_outputs][SLICE_REC] */
     long long *slice_bad;       /* slice kernels: [num_outputs][nchunk][8] bad-block words */
     int bs_shift;               /* slice kernels: log2(block_size) for a power of two, else -1 */
-    float *slice_recs;          /* slice kernels: [num_outputs][SLICE_REC] c, RMS sums */
     int lanes;                  /* L                                             */
     int uniform;                /* all chunks full, nchunk a power of 2 <= kTreeMax L */
     int fast;                   /* vec and no overlap: straight-line full segments */
@@ -292,9 +291,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     if (slice) {
         P.pl.nchunk = nseg / 16; /* C = 128: slice records; else chunk states [nout][nseg / 16][3][512] */
         P.pl.vec = 1;
-        P.bs_shift = -1;
-        for (int k = 0; k < 62; k++)
-            if (a->block_size == (1LL << k)) P.bs_shift = k;
+        P.bs_shift = (a->block_size & (a->block_size - 1)) == 0 ? __builtin_ctzll((unsigned long long)a->block_size) : -1;
     }
     const long long ch = P.pl.ch;
     /* dims per thread of the main kernel: 1 for
@@ -360,7 +357,6 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     P.tickets = (unsigned *)(buf + st_bytes);
     P.slice_bad = (long long *)(buf + st_bytes);
     P.chunk_states = (float *)(buf + st_bytes + tk_bytes);
-    P.slice_recs = P.chunk_states;
     /* one memset for the library's status word and the tickets (adjacent);
      * none where the slice kernel runs: it zeroes the status word itself */
     const int kernel_zeroes = slice && nout > 0;

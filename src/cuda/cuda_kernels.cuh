@@ -427,6 +427,17 @@ __device__ int finalize(const launch_params &P, long long slot, const float c[4]
     return bad;
 }
 
+/* finalize, and the output counted (written, non-finite) in the status
+ * word.  The written count first: its atomic's round trip then overlaps the
+ * finalisation instead of holding the CTA after it (measured on the OpenCL
+ * wide kernel). */
+__device__ __forceinline__ void finalize_counted(const launch_params &P, long long slot, const float c[4], float ss,
+                                                 int q, const fin_in &f) {
+    if (q == 0) count(&P.status->outputs_written);
+    const int bad = finalize(P, slot, c, ss, q, f);
+    if (q == 0 && bad) count(&P.status->outputs_nonfinite);
+}
+
 /* Thread state <-> a [3][512] float array (shared or global). */
 __device__ __forceinline__ void st_store(const stv &st, float *dst, int q) {
 #pragma unroll
@@ -492,12 +503,7 @@ __device__ void finish_loaded(const launch_params &P, const kvc_out_info &inf, c
     float c[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) c[j] = smem[4 * q + j];
-    /* the count first: its atomic's round trip then overlaps the
-     * finalisation instead of holding the CTA after it (measured on the
-     * OpenCL wide kernel) */
-    if (q == 0) count(&P.status->outputs_written);
-    const int bad = finalize(P, inf.slot, c, rms_sum_128(c, q, smem + 512), q, f);
-    if (q == 0 && bad) count(&P.status->outputs_nonfinite);
+    finalize_counted(P, inf.slot, c, rms_sum_128(c, q, smem + 512), q, f);
 }
 __device__ void finish(const launch_params &P, const kvc_out_info &inf, const stv &st, int q, float *smem) {
     fin_in f;

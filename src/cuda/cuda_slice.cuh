@@ -2,13 +2,16 @@
  * cuda_slice.cuh -- the slice kernels: windows of 16, 32 or 64 full segments
  * without overlap (C = 128, 256, 512), rows 8-byte aligned.  Included by
  * cuda_kernels.cuh for DPT = 2 (exact and FAST); uses its stv, seg_load,
- * seg_compute, st_merge, fin_load_*, finalize, skip_output, record_error and
- * count.  The host takes them for every such call.
+ * seg_compute, st_merge, st_store, merge_chunks_tree, fin_load_*,
+ * finish_loaded, finalize_counted, skip_output, record_error and count.  The
+ * host takes them for every such call.
  *
  * Work: a CTA of 256 threads (8 warps) reduces one (output, 16-segment
  * chunk, 64-dim slice): warp w takes the chunk's segments 2w and 2w + 1,
- * lane l the dims 64 sl + 2l and + 1.  Lanes 0-15 of a warp look up its 16
- * rows (and check their physical blocks), then every lane issues its 32
+ * lane l the dims 64 sl + 2l and + 1.  The warp finds its 16 rows and
+ * checks their physical blocks (a power-of-two block size and aligned
+ * segments: two table entries for the whole warp; else lanes 0-15 look up
+ * one row each), then every lane issues its 32
  * loads at once (from each segment's first row and the token stride where
  * its rows are evenly strided, else through a per-warp row table); the two
  * segment states merge in registers, the 8 warp states in tree order through
@@ -17,7 +20,8 @@
  * slice's c = n / d and its part of the RMS sum (the canonical pairwise tree
  * over 512 dims has a 64-dim slice as one subtree): the output's slice
  * record.  C = 256 / 512: the chunk's state ([3][64] floats).  The finisher
- * (slice_finish_kernel, one 128-thread CTA per output), started by
+ * (slice_finish_kernel, one CTA per output: 128 threads for C = 128, else
+ * 256), started by
  * programmatic dependent launch, waits for the slice kernel's end, adds the
  * 8 slices' sums in tree order (or merges the 2 / 4 chunk states in tree
  * order and sums) and finalises the slot.  Output checks, errors and the
@@ -165,7 +169,7 @@ __global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
         float ss = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
 #pragma unroll
         for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(0xffffffffu, ss, k)); /* a+b == b+a */
-        float *rec = P.slice_recs + o * SLICE_REC;
+        float *rec = P.chunk_states + o * SLICE_REC; /* the slice records take the chunk states' place */
         reinterpret_cast<float2 *>(rec)[q] = make_float2(c0, c1);
         if (l == 0) rec[512 + sl] = ss;
     }
@@ -199,7 +203,7 @@ __global__ void __launch_bounds__(NCH == 1 ? 128 : DG) slice_finish_kernel(const
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
     if (skip_output(P, chk, o, inf, q == 0)) return;
-    const float *rec = P.slice_recs + o * SLICE_REC;
+    const float *rec = P.chunk_states + o * SLICE_REC; /* the slice record */
     const long long g = q < 8 * NCH ? __ldcg(P.slice_bad + o * 8 * NCH + q) : SLICE_OK;
     float4 c4, sa, sb;
     if (NCH == 1) { /* issued before the check: one round trip */
@@ -219,8 +223,5 @@ __global__ void __launch_bounds__(NCH == 1 ? 128 : DG) slice_finish_kernel(const
     const float c[4] = {c4.x, c4.y, c4.z, c4.w};
     const float ss = KVC_ADD(KVC_ADD(KVC_ADD(sa.x, sa.y), KVC_ADD(sa.z, sa.w)),
                              KVC_ADD(KVC_ADD(sb.x, sb.y), KVC_ADD(sb.z, sb.w)));
-    /* the count first: its atomic's round trip overlaps the finalisation */
-    if (q == 0) count(&P.status->outputs_written);
-    const int bad = finalize(P, inf.slot, c, ss, q, f);
-    if (q == 0 && bad) count(&P.status->outputs_nonfinite);
+    finalize_counted(P, inf.slot, c, ss, q, f);
 }
