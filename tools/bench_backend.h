@@ -37,7 +37,7 @@ void kvc_bench_cuda_info(void);
 /** The current CUDA device's name. */
 void kvc_bench_cuda_device_name(char *out, size_t n);
 /* The same for OpenCL (bench_opencl.c). */
-int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out);
+int kvc_bench_opencl_case(kvc_case *c, int repeat, double floor_bytes, bench_result *out);
 double kvc_bench_opencl_read_bw(void);
 void kvc_bench_opencl_info(void);
 

@@ -2,7 +2,9 @@
  * bench_opencl.c -- how `kvcompress bench` times a case on the OpenCL
  * backend (SPEC 6): on the kit's device and profiling queue, the case copied
  * once, the L2 flushed by writing a large buffer before each call,
- * profiling events around it; the device's read bandwidth; device lines.
+ * profiling markers around it, the floor (a plain streaming read of the
+ * same bytes) timed in the same loop; the device's read bandwidth; device
+ * lines.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -35,12 +37,109 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out) {
-    out->status = KVC_OK;
-    if (setup() != 0) {
-        out->status = KVC_ERROR_BACKEND_UNAVAILABLE;
-        snprintf(out->message, sizeof out->message, "no OpenCL device");
+/* The floor of SPEC 6 and the read bandwidth: a plain streaming read (each
+ * work-item sums a grid-strided range of float4; on CPU devices one
+ * contiguous range per work-item), built once. */
+static const char *k_read_src =
+    "__kernel void kvc_read(__global const float4 *p, ulong n, __global float *sink, int chunked) {\n"
+    "  float4 acc = (float4)(0.0f);\n"
+    "  ulong g = get_global_id(0), G = get_global_size(0);\n"
+    "  if (chunked) { /* CPU devices: one contiguous range per work-item */\n"
+    "    ulong per = (n + G - 1) / G, lo = g * per, hi = min(n, lo + per);\n"
+    "    for (ulong i = lo; i < hi; i++) acc += p[i];\n"
+    "  } else { /* GPUs: grid-stride, coalesced */\n"
+    "    for (ulong i = g; i < n; i += G) acc += p[i];\n"
+    "  }\n"
+    "  if (acc.x + acc.y + acc.z + acc.w == 1234.5f) sink[0] = acc.x;\n"
+    "}\n";
+static cl_kernel g_read;
+static cl_mem g_sink, g_flush;
+static size_t g_flush_bytes = (size_t)256 << 20;
+static size_t g_read_global, g_read_local;
+
+static int read_setup(void) {
+    if (g_read) return 0;
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(g_ctx, 1, &k_read_src, NULL, &err);
+    if (err != CL_SUCCESS) return -1;
+    if (clBuildProgram(prog, 1, &g_dev, NULL, NULL, NULL) == CL_SUCCESS) g_read = clCreateKernel(prog, "kvc_read", &err);
+    clReleaseProgram(prog); /* the kernel keeps it */
+    if (!g_read) return -1;
+    g_sink = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE, 16, NULL, NULL);
+    g_flush = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE, g_flush_bytes, NULL, NULL);
+    cl_device_type type = 0;
+    clGetDeviceInfo(g_dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    const cl_int chunked = (type & CL_DEVICE_TYPE_GPU) ? 0 : 1;
+    clSetKernelArg(g_read, 2, sizeof g_sink, &g_sink);
+    clSetKernelArg(g_read, 3, sizeof chunked, &chunked);
+    cl_uint cu = 1;
+    clGetDeviceInfo(g_dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
+    /* as the CUDA floor: 8 groups of 512 per compute unit */
+    g_read_local = 512;
+    size_t maxwg = 0;
+    clGetKernelWorkGroupInfo(g_read, g_dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof maxwg, &maxwg, NULL);
+    while (g_read_local > 1 && maxwg && g_read_local > maxwg) g_read_local /= 2;
+    g_read_global = (size_t)cu * 8 * g_read_local;
+    return g_sink && g_flush ? 0 : -1;
+}
+
+/* The L2 flush of SPEC 6: a write of 256 MiB before each timed command. */
+static void flush_l2(int pat) {
+    const cl_int p = pat;
+    if (g_flush) clEnqueueFillBuffer(g_q, g_flush, &p, sizeof p, 0, g_flush_bytes, 0, NULL, NULL);
+}
+
+/* Microseconds between the ends of two markers around what enqueue() puts
+ * on the queue (the same for a call and for the floor); < 0 on error. */
+static double time_between_markers(cl_event e0, cl_event e1) {
+    cl_ulong a0 = 0, a1 = 0;
+    if (clGetEventProfilingInfo(e0, CL_PROFILING_COMMAND_END, sizeof a0, &a0, NULL) != CL_SUCCESS ||
+        clGetEventProfilingInfo(e1, CL_PROFILING_COMMAND_END, sizeof a1, &a1, NULL) != CL_SUCCESS)
         return -1;
+    return (double)(a1 - a0) * 1e-3;
+}
+
+/* One flushed, timed read of the first `bytes` of buf (a multiple of 16). */
+static double time_read(cl_mem buf, size_t bytes, int pat) {
+    flush_l2(pat);
+    const cl_ulong n4 = bytes / 16;
+    clSetKernelArg(g_read, 0, sizeof buf, &buf);
+    clSetKernelArg(g_read, 1, sizeof n4, &n4);
+    cl_event e0, e1;
+    clEnqueueMarkerWithWaitList(g_q, 0, NULL, &e0);
+    cl_int err = clEnqueueNDRangeKernel(g_q, g_read, 1, NULL, &g_read_global, &g_read_local, 0, NULL, NULL);
+    clEnqueueMarkerWithWaitList(g_q, 0, NULL, &e1);
+    clFinish(g_q);
+    const double us = err == CL_SUCCESS ? time_between_markers(e0, e1) : -1;
+    clReleaseEvent(e0);
+    clReleaseEvent(e1);
+    return us;
+}
+
+/* The floor's buffer: grown to the largest case, never shrunk. */
+static cl_mem g_floor;
+static size_t g_floor_bytes;
+
+int kvc_bench_opencl_case(kvc_case *c, int repeat, double floor_bytes, bench_result *out) {
+    out->status = KVC_OK;
+    if (setup() != 0 || read_setup() != 0) {
+        out->status = KVC_ERROR_BACKEND_UNAVAILABLE;
+        snprintf(out->message, sizeof out->message, "no OpenCL device (or its read kernel did not build)");
+        return -1;
+    }
+    const size_t fbytes = ((size_t)floor_bytes + 15) & ~(size_t)15;
+    if (fbytes > g_floor_bytes) {
+        if (g_floor) clReleaseMemObject(g_floor);
+        cl_int err;
+        g_floor = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE, fbytes, NULL, &err);
+        g_floor_bytes = g_floor ? fbytes : 0;
+        const cl_int fill = 0x3c3c3c3c;
+        if (g_floor) clEnqueueFillBuffer(g_q, g_floor, &fill, sizeof fill, 0, fbytes, 0, NULL, NULL);
+        if (!g_floor) {
+            out->status = KVC_ERROR_OUT_OF_MEMORY;
+            snprintf(out->message, sizeof out->message, "floor buffer of %zu bytes: error %d", fbytes, (int)err);
+            return -1;
+        }
     }
     kvc_kit_dev_args x;
     if (kvc_kit_upload(&kvc_kit_opencl_mem, &c->args, &x, g_err, sizeof g_err) != 0) {
@@ -48,18 +147,24 @@ int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out) {
         snprintf(out->message, sizeof out->message, "%s", g_err);
         return -1;
     }
-    cl_int err;
-    size_t flush_bytes = (size_t)256 << 20;
-    cl_mem flush = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE, flush_bytes, NULL, &err);
     kvc_exec ex;
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_OPENCL;
     ex.stream = g_q;
-    double *t = malloc(sizeof(double) * (size_t)(repeat + 3));
-    int n = 0;
-    for (int i = -3; i < repeat && out->status == KVC_OK; i++) {
-        const cl_int pat = i;
-        if (flush) clEnqueueFillBuffer(g_q, flush, &pat, sizeof pat, 0, flush_bytes, 0, NULL, NULL);
+    const int warmup = 3;
+    double *t = malloc(sizeof(double) * (size_t)(repeat + 1));
+    double *tf = malloc(sizeof(double) * (size_t)(repeat + 1));
+    int n = 0, nf = 0;
+    if (!t || !tf) {
+        out->status = KVC_ERROR_OUT_OF_MEMORY;
+        snprintf(out->message, sizeof out->message, "no memory for %d timings", repeat);
+    }
+    for (int i = -warmup; i < repeat && out->status == KVC_OK; i++) { /* the floor after each call */
+        if (fbytes) {
+            const double f = time_read(g_floor, fbytes, i);
+            if (i >= 0 && f > 0) tf[nf++] = f;
+        }
+        flush_l2(i);
         cl_event e0, e1;
         clEnqueueMarkerWithWaitList(g_q, 0, NULL, &e0);
         kvc_status st = kvc_compress(&x.d, &ex, NULL);
@@ -68,11 +173,8 @@ int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out) {
         if (st != KVC_OK) {
             out->status = st;
             snprintf(out->message, sizeof out->message, "%s", kvc_last_error_message());
-        } else {
-            cl_ulong a0 = 0, a1 = 0;
-            clGetEventProfilingInfo(e0, CL_PROFILING_COMMAND_END, sizeof a0, &a0, NULL);
-            clGetEventProfilingInfo(e1, CL_PROFILING_COMMAND_END, sizeof a1, &a1, NULL);
-            if (i >= 0) t[n++] = (double)(a1 - a0) * 1e-3;
+        } else if (i >= 0) {
+            t[n++] = time_between_markers(e0, e1);
         }
         clReleaseEvent(e0);
         clReleaseEvent(e1);
@@ -87,82 +189,48 @@ int kvc_bench_opencl_case(kvc_case *c, int repeat, bench_result *out) {
     }
     if (out->status == KVC_OK) {
         kvc_kit_opencl_mem.get(x.h[8], c->kv_cache, x.kv_bytes);
+        out->samples = malloc(sizeof(double) * (size_t)(n ? n : 1));
+        if (out->samples) memcpy(out->samples, t, sizeof(double) * (size_t)n);
+        out->nsamples = n;
+        out->warmup = warmup;
         qsort(t, (size_t)n, sizeof *t, cmp_d);
+        qsort(tf, (size_t)nf, sizeof *tf, cmp_d);
         out->median_us = n ? t[n / 2] : 0;
         out->min_us = n ? t[0] : 0;
+        out->max_us = n ? t[n - 1] : 0;
+        out->floor_us = nf ? tf[nf / 2] : 0;
         out->calls = n;
     }
     free(t);
-    if (flush) clReleaseMemObject(flush);
+    free(tf);
     kvc_kit_release(&kvc_kit_opencl_mem, &x);
     return out->status == KVC_OK ? 0 : -1;
 }
 
-/* Read bandwidth of the kit's device: a large read-only reduction (each
- * work-item sums a grid-strided range of float4), timed like the cases. */
-static const char *k_read_src =
-    "__kernel void kvc_read(__global const float4 *p, ulong n, __global float *sink, int chunked) {\n"
-    "  float4 acc = (float4)(0.0f);\n"
-    "  ulong g = get_global_id(0), G = get_global_size(0);\n"
-    "  if (chunked) { /* CPU devices: one contiguous range per work-item */\n"
-    "    ulong per = (n + G - 1) / G, lo = g * per, hi = min(n, lo + per);\n"
-    "    for (ulong i = lo; i < hi; i++) acc += p[i];\n"
-    "  } else { /* GPUs: grid-stride, coalesced */\n"
-    "    for (ulong i = g; i < n; i += G) acc += p[i];\n"
-    "  }\n"
-    "  if (acc.x + acc.y + acc.z + acc.w == 1234.5f) sink[0] = acc.x;\n"
-    "}\n";
-
+/* Read bandwidth of the kit's device: the floor's read of 1 GiB (or half
+ * the largest allocation), median of 21. */
 double kvc_bench_opencl_read_bw(void) {
-    if (setup() != 0) return -1;
+    if (setup() != 0 || read_setup() != 0) return -1;
     cl_int err;
-    cl_program prog = clCreateProgramWithSource(g_ctx, 1, &k_read_src, NULL, &err);
-    if (err != CL_SUCCESS || clBuildProgram(prog, 1, &g_dev, NULL, NULL, NULL) != CL_SUCCESS) return -1;
-    cl_kernel k = clCreateKernel(prog, "kvc_read", &err);
     cl_ulong maxalloc = 0;
     clGetDeviceInfo(g_dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof maxalloc, &maxalloc, NULL);
     size_t bytes = (size_t)1 << 30;
     if (maxalloc && bytes > maxalloc / 2) bytes = (size_t)(maxalloc / 2) & ~(size_t)15;
     cl_mem buf = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
-    cl_mem sink = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE, 16, NULL, NULL);
-    size_t flush_bytes = (size_t)256 << 20;
-    cl_mem flush = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE, flush_bytes, NULL, NULL);
+    if (!buf) return -1;
+    const cl_int one = 1;
+    clEnqueueFillBuffer(g_q, buf, &one, sizeof one, 0, bytes, 0, NULL, NULL);
     double t[21];
     int n = 0;
-    if (err == CL_SUCCESS && k && sink && flush) {
-        const cl_int one = 1;
-        clEnqueueFillBuffer(g_q, buf, &one, sizeof one, 0, bytes, 0, NULL, NULL);
-        cl_ulong n4 = bytes / 16;
-        clSetKernelArg(k, 0, sizeof buf, &buf);
-        clSetKernelArg(k, 1, sizeof n4, &n4);
-        clSetKernelArg(k, 2, sizeof sink, &sink);
-        cl_device_type type = 0;
-        clGetDeviceInfo(g_dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
-        const cl_int chunked = (type & CL_DEVICE_TYPE_GPU) ? 0 : 1;
-        clSetKernelArg(k, 3, sizeof chunked, &chunked);
-        cl_uint cu = 1;
-        clGetDeviceInfo(g_dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
-        size_t local = 256, global = (size_t)cu * 8 * local;
-        for (int i = -2; i < 21; i++) {
-            clEnqueueFillBuffer(g_q, flush, &i, sizeof i, 0, flush_bytes, 0, NULL, NULL);
-            cl_event ev;
-            if (clEnqueueNDRangeKernel(g_q, k, 1, NULL, &global, &local, 0, NULL, &ev) != CL_SUCCESS) break;
-            clWaitForEvents(1, &ev);
-            cl_ulong a0 = 0, a1 = 0;
-            clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof a0, &a0, NULL);
-            clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof a1, &a1, NULL);
-            clReleaseEvent(ev);
-            if (i >= 0) t[n++] = (double)(a1 - a0) * 1e-9;
-        }
+    for (int i = -2; i < 21; i++) {
+        const double us = time_read(buf, bytes, i);
+        if (us <= 0) break;
+        if (i >= 0) t[n++] = us;
     }
-    if (flush) clReleaseMemObject(flush);
-    if (sink) clReleaseMemObject(sink);
-    if (buf) clReleaseMemObject(buf);
-    if (k) clReleaseKernel(k);
-    clReleaseProgram(prog);
+    clReleaseMemObject(buf);
     if (n == 0) return -1;
     qsort(t, (size_t)n, sizeof *t, cmp_d);
-    return t[n / 2] > 0 ? (double)bytes / t[n / 2] / 1e9 : -1;
+    return (double)bytes / (t[n / 2] * 1e-6) / 1e9;
 }
 
 void kvc_bench_opencl_info(void) {
