@@ -36,6 +36,8 @@ typedef struct {
     cl_kernel small;   /* one-segment windows: several outputs per group */
     cl_kernel wide;    /* 1 dim per work-item, 512 per group, one group  */
                        /* per chunk (GPU devices only, else NULL)        */
+    cl_kernel slice[2]; /* C = 128 / 256 / 512 (kvc_slice.cl): any stride, 1024 */
+    cl_kernel finish;   /* after slice[]: one group per output            */
     cl_uint units;     /* compute units                                  */
     cl_mem status;     /* library-owned status word                     */
     cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
@@ -213,7 +215,13 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     cl_kernel kern = clCreateKernel(prog, "kvc_compress_kernel", &err);
     cl_kernel small = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_compress_small", &err) : NULL;
     cl_kernel wide = err == CL_SUCCESS && gpu ? clCreateKernel(prog, "kvc_compress_wide", &err) : NULL;
+    cl_kernel slice0 = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice", &err) : NULL;
+    cl_kernel slice1 = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice_dense", &err) : NULL;
+    cl_kernel finish = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice_finish", &err) : NULL;
     if (err != CL_SUCCESS) {
+        if (slice1) clReleaseKernel(slice1);
+        if (slice0) clReleaseKernel(slice0);
+        if (wide) clReleaseKernel(wide);
         if (small) clReleaseKernel(small);
         if (kern) clReleaseKernel(kern);
         clReleaseMemObject(status);
@@ -224,13 +232,16 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     cl_uint units = 0;
     if (clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS || units == 0)
         units = 1;
-    cl_entry e = {ctx, dev, prog, kern, small, wide, units, status, NULL, 0, NULL, 0};
+    cl_entry e = {ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish, units, status, NULL, 0, NULL, 0};
     if (g_ncache < KVC_CL_CACHE) {
         clRetainContext(ctx);
         g_cache[g_ncache] = e;
         *out = &g_cache[g_ncache++];
     } else {
         st = kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "more than %d OpenCL contexts in use", KVC_CL_CACHE);
+        clReleaseKernel(finish);
+        clReleaseKernel(slice1);
+        clReleaseKernel(slice0);
         if (wide) clReleaseKernel(wide);
         clReleaseKernel(small);
         clReleaseKernel(kern);
@@ -256,6 +267,27 @@ static kvc_status grow(cl_context ctx, cl_mem *buf, size_t *have, size_t need, c
     }
     *have = bytes;
     return KVC_OK;
+}
+
+/* Set k's arguments (every kernel takes the same: KVC_CL_KERNEL_ARGS) and
+ * enqueue groups x local work-items.  One kernel object per context:
+ * arguments and enqueue under the lock (clEnqueueNDRangeKernel captures
+ * the arguments). */
+static kvc_status enqueue(cl_command_queue q, cl_kernel k, const kvc_shape *sh, const kvc_plan *pl,
+                          const cl_mem bufs[12], long long groups, size_t local) {
+    pthread_mutex_lock(&g_lock);
+    cl_int err = clSetKernelArg(k, 0, sizeof *sh, sh);
+    if (err == CL_SUCCESS) err = clSetKernelArg(k, 1, sizeof *pl, pl);
+    for (int i = 0; i < 12 && err == CL_SUCCESS; i++) err = clSetKernelArg(k, (cl_uint)(i + 2), sizeof(cl_mem), &bufs[i]);
+    if (err != CL_SUCCESS) {
+        pthread_mutex_unlock(&g_lock);
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "OpenCL kernel argument rejected (error %d): are the kvc_args "
+                        "pointers cl_mem buffers?", (int)err);
+    }
+    const size_t global = (size_t)groups * local;
+    err = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
+    pthread_mutex_unlock(&g_lock);
+    return err == CL_SUCCESS ? KVC_OK : cl_fail(err, "clEnqueueNDRangeKernel");
 }
 
 static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
@@ -294,21 +326,35 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
     kvc_plan_make(a->num_outputs, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &pl);
     /* 8-byte loads: buffers start aligned (offset 0), so both strides even */
     pl.vec = a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0;
-    const long long groups = pl.groups;
+    /* the slice kernels (kvc_slice.cl) for C = 128 / 256 / 512 without
+     * overlap, 8-byte rows: one group per (output, 16-segment chunk, 64-dim
+     * slice), then one finishing group per output */
+    const int slice = !pl.small_k && a->overlap == KVC_OVERLAP_OFF && pl.rows == pl.nseg * KVC_SEG &&
+                      (pl.nseg == 16 || pl.nseg == 32 || pl.nseg == 64) && pl.vec &&
+                      a->num_outputs <= 0x7FFFFFFFLL / (2 * 8 * 4);
+    if (slice) {
+        pl.ch = 16;
+        pl.nchunk = pl.nseg / 16;
+        pl.groups = a->num_outputs * 8 * pl.nchunk;
+    }
 
     /* the 1-dim-per-work-item kernel (kvc_kernel.cl) for windows of full
      * segments without overlap on GPU devices: kvc_compress_wide (512
      * work-items, 64 registers), faster on the H200 than the 2-dims kernel
      * (bench/NOTES.md).  Test hook KVC_OPENCL_NO_WIDE=1: the 2-dims kernel
      * (tests/test_opencl_paths.c reaches both under Oclgrind) */
-    const int wide = !pl.small_k && pl.full && ent->wide &&
-                     !kvc_test_hook("KVC_OPENCL_NO_WIDE");
-    const int shared_states = pl.nchunk > 1;
+    const int wide = !slice && !pl.small_k && pl.full && ent->wide && !kvc_test_hook("KVC_OPENCL_NO_WIDE");
+    const int shared_states = !slice && pl.nchunk > 1;
+    /* workspace: chunk states (slice kernels: c records or chunk states),
+     * tickets (slice kernels: two bad-block words per group) */
+    const size_t states_bytes = slice ? (size_t)a->num_outputs * (size_t)(pl.nchunk == 1 ? 512 : pl.nchunk * 1536) * 4
+                                : shared_states ? (size_t)a->num_outputs * (size_t)pl.nchunk * 1536 * sizeof(float)
+                                                : 16;
+    const size_t tickets_bytes = slice ? (size_t)pl.groups * 8 : (size_t)a->num_outputs * 4;
 
     pthread_mutex_lock(&g_lock);
-    st = grow(ent->ctx, &ent->states, &ent->states_bytes,
-              shared_states ? (size_t)a->num_outputs * (size_t)pl.nchunk * 1536 * sizeof(float) : 16, "chunk-state");
-    if (st == KVC_OK) st = grow(ent->ctx, &ent->tickets, &ent->tickets_bytes, (size_t)a->num_outputs * 4, "ticket");
+    st = grow(ent->ctx, &ent->states, &ent->states_bytes, states_bytes, "chunk-state");
+    if (st == KVC_OK) st = grow(ent->ctx, &ent->tickets, &ent->tickets_bytes, tickets_bytes, "ticket");
     cl_mem states = ent->states, tickets = ent->tickets;
     pthread_mutex_unlock(&g_lock);
     if (st != KVC_OK) return st;
@@ -323,23 +369,12 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
                        (cl_mem)(void *)a->boundary_token_indices, (cl_mem)(void *)a->block_table,
                        (cl_mem)(void *)a->rms_norm_weight, (cl_mem)(void *)a->cos_sin_cache,
                        (cl_mem)(void *)a->kv_cache, status, states, tickets};
-    /* one kernel object per context: arguments and enqueue under the lock
-     * (clEnqueueNDRangeKernel captures the arguments) */
-    cl_kernel k = pl.small_k ? ent->small : wide ? ent->wide : ent->kern;
-    pthread_mutex_lock(&g_lock);
-    err = clSetKernelArg(k, 0, sizeof sh, &sh);
-    if (err == CL_SUCCESS) err = clSetKernelArg(k, 1, sizeof pl, &pl);
-    for (int i = 0; i < 12 && err == CL_SUCCESS; i++) err = clSetKernelArg(k, (cl_uint)(i + 2), sizeof(cl_mem), &bufs[i]);
-    if (err != CL_SUCCESS) {
-        pthread_mutex_unlock(&g_lock);
-        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "OpenCL kernel argument rejected (error %d): are the kvc_args "
-                        "pointers cl_mem buffers?", (int)err);
+    if (slice) {
+        st = enqueue(q, ent->slice[a->state_stride_token == 1024], &sh, &pl, bufs, pl.groups, 256);
+        return st == KVC_OK ? enqueue(q, ent->finish, &sh, &pl, bufs, a->num_outputs, 256) : st;
     }
-    const size_t local = wide ? 512 : 256, global = (size_t)groups * local; /* KVC_CL_WG of kvc_kernel.cl */
-    err = clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL);
-    pthread_mutex_unlock(&g_lock);
-    if (err != CL_SUCCESS) return cl_fail(err, "clEnqueueNDRangeKernel");
-    return KVC_OK;
+    cl_kernel k = pl.small_k ? ent->small : wide ? ent->wide : ent->kern;
+    return enqueue(q, k, &sh, &pl, bufs, pl.groups, wide ? 512 : 256); /* KVC_CL_WG of kvc_kernel.cl */
 }
 
 static kvc_status opencl_read_status(const kvc_exec *e, kvc_device_status *out) {

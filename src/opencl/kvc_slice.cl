@@ -1,0 +1,227 @@
+/*
+ * kvc_slice.cl -- the slice kernels (the CUDA backend's design,
+ * cuda_slice.cuh, in OpenCL C 1.2 without extensions): windows of 16, 32 or
+ * 64 full segments without overlap (C = 128, 256, 512), rows 8-byte aligned.
+ * Embedded after kvc_kernel.cl, whose seg_reduce, st_merge, fin_inputs,
+ * finish_output, output_of and record_error it uses.
+ *
+ * kvc_slice / kvc_slice_dense: a work-group of 256 work-items reduces one
+ * (output, 16-segment chunk, 64-dim slice).  Work-items 32w .. 32w + 31 (a
+ * "lane group" w) take the chunk's segments 2w and 2w + 1, work-item l of
+ * the lane group the dims 64 sl + 2l and + 1.  Where the block size is a
+ * power of two >= 8 and the window starts on a multiple of 8, each segment
+ * lies in one block: every work-item reads the two table entries of its
+ * lane group itself (the same address for all 32: one load) and issues its
+ * 32 loads at once from the two segments' first rows and the token stride
+ * (kvc_slice_dense: the stride 1024 of dense rows compiled in).  Otherwise
+ * the group first resolves its 128 rows into local memory (one work-item
+ * per row, each row's block checked).  The two segment states merge in
+ * registers, the 8 lane groups' states in tree order through local memory;
+ * lane group 0 stores the chunk's result and the group exits: no group
+ * waits for another.  One chunk (C = 128): c = n / d of the slice's 64 dims
+ * (the output's c record, 512 floats); else the chunk's state [3][512]
+ * floats (m, d, n).  Each group leaves two ints in `tickets`: a bad-block
+ * flag and the block (the first bad row of its window order).
+ *
+ * kvc_slice_finish, enqueued after it: one 256-item group per output runs
+ * the output's checks (errors and padding are counted here, not in the
+ * slice groups), reads the groups' bad-block words, merges the 2 or 4
+ * chunk states in tree order (or reads c), and finalises the slot
+ * (finish_output).
+ */
+
+#define KVC_CL_SLICE_REC 512 /* floats of an output's c record (one chunk) */
+
+/* The slice groups' local memory, declared by the kernels (OpenCL 1.2: only
+ * a kernel may declare it). */
+typedef struct {
+    float xs[8][6][32]; /* lane-group states: m0 m1 d0 d1 n0 n1 */
+    long rowoff[128];   /* the general path's row offsets */
+    int wbad[8];        /* lane group w met a bad block ... */
+    long wbadg[8];      /* ... this one */
+    int first_bad;      /* general path: first bad row */
+    long bad_g;
+} kvc_slice_local;
+
+/* The body of both slice kernels; TS > 0: the token stride, known at
+ * compile time (immediate load offsets), 0: sh->state_stride_token. */
+static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global const float *state,
+                              __global const int *t2r, __global const long *positions, __global const long *slots,
+                              __global const long *bidx, __global const int *table, __global float *out,
+                              __global volatile int *bad_words, __local kvc_slice_local *L, const long TS) {
+    const long nch = pl->nchunk;
+    const long gid = get_group_id(0);
+    const long o = gid / (8 * nch);
+    const int j = (int)((gid % (8 * nch)) >> 3), sl = (int)(gid & 7);
+    const int q = (int)get_local_id(0), w = q >> 5, l = q & 31, dq = 32 * sl + l;
+    /* what the loads need (the finisher runs every check and reports) */
+    const long b = bidx[o];
+    if (b < 0 || b >= sh->num_tokens) return;
+    const long r = t2r[b], p = positions[b], slot = slots[b];
+    const long C = sh->compress_ratio, bs = sh->block_size;
+    const int bsh = (bs & (bs - 1)) == 0 ? 63 - (int)clz(bs) : -1;
+    if (r < 0 || r >= sh->num_reqs || p < C - 1 || (bsh >= 0 ? p >> bsh : p / bs) >= sh->blocks_per_req) return;
+    __global const int *trow = table + r * sh->block_table_stride;
+    const long ts = TS > 0 ? TS : sh->state_stride_token, sb = sh->state_stride_block;
+    const long pos0 = p - C + 1 + 128 * j + 16 * w; /* the lane group's first row */
+    const int aligned = bsh >= 3 && ((p - C + 1) & 7) == 0; /* the same for the whole group */
+    long o0 = 0, o1 = 0;
+    int bad;
+    if (aligned) {
+        const long l0 = pos0 >> bsh, l1 = (pos0 + KVC_SEG) >> bsh;
+        const long g0 = trow[l0], g1 = trow[l1];
+        const int bad0 = g0 < 0 || g0 >= sh->num_blocks, bad1 = g1 < 0 || g1 >= sh->num_blocks;
+        bad = bad0 | bad1;
+        if (l == 0) {
+            L->wbad[w] = bad;
+            L->wbadg[w] = bad0 ? g0 : g1;
+        }
+        o0 = g0 * sb + (pos0 - (l0 << bsh)) * ts;
+        o1 = g1 * sb + (pos0 + KVC_SEG - (l1 << bsh)) * ts;
+        if (slot < 0) return; /* padding (tested after the table loads: they need no test) */
+    } else {
+        if (slot < 0) return;
+        if (q == 0) L->first_bad = 128;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (q < 128) {
+            long g = 0;
+            const long off = kvc_row_lookup(sh, trow, p, 128 * j + q, &g);
+            L->rowoff[q] = off;
+            if (off == KVC_ROW_BAD) atomic_min(&L->first_bad, q);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (q < 128 && q == L->first_bad) L->bad_g = trow[kvc_udiv(p - C + 1 + 128 * j + q, bs)];
+        bad = L->first_bad < 128;
+        if (q < 8) {
+            L->wbad[q] = q == 0 && bad;
+            L->wbadg[q] = 0;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (q == 0) L->wbadg[0] = L->bad_g;
+    }
+    st2 st;
+    if (!bad) { /* else nothing is loaded; the state is never used */
+        float2 v0[KVC_SEG], s0[KVC_SEG], v1[KVC_SEG], s1[KVC_SEG];
+        if (aligned) {
+            __global const float2 *p0 = (__global const float2 *)(state + o0) + dq;
+            __global const float2 *p1 = (__global const float2 *)(state + o1) + dq;
+            const long t2 = ts / 2;
+            for (int i = 0; i < KVC_SEG; i++) {
+                v0[i] = p0[i * t2];
+                s0[i] = p0[i * t2 + 256];
+            }
+            for (int i = 0; i < KVC_SEG; i++) {
+                v1[i] = p1[i * t2];
+                s1[i] = p1[i * t2 + 256];
+            }
+        } else {
+            seg_load(state, L->rowoff, kvc_score_delta(0), 16 * w, KVC_SEG, dq, v0, s0, 1, 1);
+            seg_load(state, L->rowoff, kvc_score_delta(0), 16 * w + 8, KVC_SEG, dq, v1, s1, 1, 1);
+        }
+        st = seg_reduce(v0, s0, KVC_SEG);
+        const st2 st1 = seg_reduce(v1, s1, KVC_SEG);
+        st_merge(&st, &st1);
+    }
+    for (int lv = 1; lv < 8; lv *= 2) { /* the lane groups' states in tree order */
+        if (w % (2 * lv) == lv)
+            for (int k = 0; k < 2; k++) {
+                L->xs[w][k][l] = st.m[k];
+                L->xs[w][2 + k][l] = st.d[k];
+                L->xs[w][4 + k][l] = st.n[k];
+            }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (w % (2 * lv) == 0) {
+            st2 x;
+            for (int k = 0; k < 2; k++) {
+                x.m[k] = L->xs[w + lv][k][l];
+                x.d[k] = L->xs[w + lv][2 + k][l];
+                x.n[k] = L->xs[w + lv][4 + k][l];
+            }
+            st_merge(&st, &x);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (w == 0 && nch == 1) {
+        __global float2 *rec = (__global float2 *)(out + o * KVC_CL_SLICE_REC);
+        rec[dq] = (float2)(KVC_DIV(st.n[0], st.d[0]), KVC_DIV(st.n[1], st.d[1]));
+    } else if (w == 0) {
+        __global float *cs = out + (o * nch + j) * 1536;
+        for (int k = 0; k < 2; k++) {
+            cs[2 * dq + k] = st.m[k];
+            cs[512 + 2 * dq + k] = st.d[k];
+            cs[1024 + 2 * dq + k] = st.n[k];
+        }
+    }
+    if (q == 0) { /* the group's bad-block words: the first bad lane group's block */
+        int f = 0;
+        long g = 0;
+        for (int k = 7; k >= 0; k--)
+            if (L->wbad[k]) {
+                f = 1;
+                g = L->wbadg[k];
+            }
+        bad_words[2 * gid] = f;
+        bad_words[2 * gid + 1] = (int)g;
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_slice(KVC_CL_KERNEL_ARGS) {
+    __local kvc_slice_local L;
+    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0);
+}
+
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_slice_dense(KVC_CL_KERNEL_ARGS) {
+    __local kvc_slice_local L;
+    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 1024);
+}
+
+__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_slice_finish(KVC_CL_KERNEL_ARGS) {
+    __local float c[512], t[256], u[256];
+    __local int flags[8];
+    const long o = get_group_id(0), nch = pl.nchunk;
+    const int q = (int)get_local_id(0);
+    kvc_out_info inf;
+    /* fin (the same for all work-items): 1 finalise, 2 invalid (a slice
+     * group met a bad physical block), 0 invalid or padding (counted by
+     * output_of).  No early return: every work-item reaches
+     * finish_output's barriers (PoCL 3.1 miscounted with one). */
+    int fin = output_of(&sh, bidx, slots, t2r, positions, table, st, o, q == 0, &inf);
+    float fi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (fin) {
+        fin_inputs(weight, cos_sin + inf.pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, &fi[0], &fi[1],
+                   &fi[2], &fi[3]);
+        /* the first slice group (window order) that met a bad physical
+         * block: every work-item reads the <= 32 words itself (one address
+         * for all) */
+        const int ngroups = (int)(8 * nch);
+        __global volatile const int *bw = tickets + 2 * o * ngroups;
+        int fb = ngroups;
+        for (int k = ngroups - 1; k >= 0; k--)
+            if (bw[2 * k]) fb = k;
+        if (fb < ngroups) {
+            fin = 2;
+            if (q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, bw[2 * fb + 1]);
+        }
+    }
+    if (fin == 1 && nch == 1) {
+        const float2 cv = ((__global const float2 *)(chunk_states + o * KVC_CL_SLICE_REC))[q];
+        c[2 * q] = cv.x;
+        c[2 * q + 1] = cv.y;
+    } else if (fin == 1) { /* 2 or 4 chunks of 16 segments: complete subtrees, merged pairwise */
+        __global const float *cs = chunk_states + o * nch * 1536;
+        st2 x[4];
+        for (int k = 0; k < nch; k++)
+            for (int u2 = 0; u2 < 2; u2++) {
+                x[k].m[u2] = cs[k * 1536 + 2 * q + u2];
+                x[k].d[u2] = cs[k * 1536 + 512 + 2 * q + u2];
+                x[k].n[u2] = cs[k * 1536 + 1024 + 2 * q + u2];
+            }
+        st_merge(&x[0], &x[1]);
+        if (nch == 4) {
+            st_merge(&x[2], &x[3]);
+            st_merge(&x[0], &x[2]);
+        }
+        for (int u2 = 0; u2 < 2; u2++) c[2 * q + u2] = KVC_DIV(x[0].n[u2], x[0].d[u2]);
+    }
+    finish_output(fin, c, t, u, flags, &sh, &inf, fi, kv, st, q, 0);
+}
