@@ -31,6 +31,9 @@
  */
 
 #define KVC_CL_SLICE_REC 512 /* floats of an output's c record (one chunk) */
+#ifndef KVC_CL_ISSUE_BARRIER
+#define KVC_CL_ISSUE_BARRIER barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 
 /* The slice groups' local memory, declared by the kernels (OpenCL 1.2: only
  * a kernel may declare it). */
@@ -65,9 +68,10 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
     const long ts = TS > 0 ? TS : sh->state_stride_token, sb = sh->state_stride_block;
     const long pos0 = p - C + 1 + 128 * j + 16 * w; /* the lane group's first row */
     const int aligned = bsh >= 3 && ((p - C + 1) & 7) == 0; /* the same for the whole group */
-    long o0 = 0, o1 = 0;
     int bad;
+    st2 st;
     if (aligned) {
+        long o0, o1;
         const long l0 = pos0 >> bsh, l1 = (pos0 + KVC_SEG) >> bsh;
         const long g0 = trow[l0], g1 = trow[l1];
         const int bad0 = g0 < 0 || g0 >= sh->num_blocks, bad1 = g1 < 0 || g1 >= sh->num_blocks;
@@ -76,9 +80,26 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
             L->wbad[w] = bad;
             L->wbadg[w] = bad0 ? g0 : g1;
         }
-        o0 = g0 * sb + (pos0 - (l0 << bsh)) * ts;
-        o1 = g1 * sb + (pos0 + KVC_SEG - (l1 << bsh)) * ts;
+        o0 = bad ? 0 : g0 * sb + (pos0 - (l0 << bsh)) * ts; /* (a bad lane group loads row 0: its state is */
+        o1 = bad ? 0 : g1 * sb + (pos0 + KVC_SEG - (l1 << bsh)) * ts; /* never used) */
         if (slot < 0) return; /* padding (tested after the table loads: they need no test) */
+        float2 v0[KVC_SEG], s0[KVC_SEG], v1[KVC_SEG], s1[KVC_SEG];
+        __global const float2 *p0 = (__global const float2 *)(state + o0) + dq;
+        __global const float2 *p1 = (__global const float2 *)(state + o1) + dq;
+        const long t2 = ts / 2;
+        for (int i = 0; i < KVC_SEG; i++) {
+            v0[i] = p0[i * t2];
+            s0[i] = p0[i * t2 + 256];
+            v1[i] = p1[i * t2];
+            s1[i] = p1[i * t2 + 256];
+        }
+        /* every load is issued before any arithmetic: the compiler would
+         * otherwise sink the second segment's loads below the first's
+         * arithmetic (NVIDIA's driver did) */
+        KVC_CL_ISSUE_BARRIER
+        st = seg_reduce(v0, s0, KVC_SEG);
+        const st2 st1 = seg_reduce(v1, s1, KVC_SEG);
+        st_merge(&st, &st1);
     } else {
         if (slot < 0) return;
         if (q == 0) L->first_bad = 128;
@@ -98,29 +119,14 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         if (q == 0) L->wbadg[0] = L->bad_g;
-    }
-    st2 st;
-    if (!bad) { /* else nothing is loaded; the state is never used */
-        float2 v0[KVC_SEG], s0[KVC_SEG], v1[KVC_SEG], s1[KVC_SEG];
-        if (aligned) {
-            __global const float2 *p0 = (__global const float2 *)(state + o0) + dq;
-            __global const float2 *p1 = (__global const float2 *)(state + o1) + dq;
-            const long t2 = ts / 2;
-            for (int i = 0; i < KVC_SEG; i++) {
-                v0[i] = p0[i * t2];
-                s0[i] = p0[i * t2 + 256];
-            }
-            for (int i = 0; i < KVC_SEG; i++) {
-                v1[i] = p1[i * t2];
-                s1[i] = p1[i * t2 + 256];
-            }
-        } else {
-            seg_load(state, L->rowoff, kvc_score_delta(0), 16 * w, KVC_SEG, dq, v0, s0, 1, 1);
-            seg_load(state, L->rowoff, kvc_score_delta(0), 16 * w + 8, KVC_SEG, dq, v1, s1, 1, 1);
+        if (!bad) { /* one segment at a time through the row table (else nothing is loaded) */
+            float2 v[KVC_SEG], sc[KVC_SEG];
+            seg_load(state, L->rowoff, kvc_score_delta(0), 16 * w, KVC_SEG, dq, v, sc, 1, 1);
+            st = seg_reduce(v, sc, KVC_SEG);
+            seg_load(state, L->rowoff, kvc_score_delta(0), 16 * w + 8, KVC_SEG, dq, v, sc, 1, 1);
+            const st2 st1 = seg_reduce(v, sc, KVC_SEG);
+            st_merge(&st, &st1);
         }
-        st = seg_reduce(v0, s0, KVC_SEG);
-        const st2 st1 = seg_reduce(v1, s1, KVC_SEG);
-        st_merge(&st, &st1);
     }
     for (int lv = 1; lv < 8; lv *= 2) { /* the lane groups' states in tree order */
         if (w % (2 * lv) == lv)
@@ -175,6 +181,17 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_slice_dense(K
     slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 1024);
 }
 
+/* A chunk state's dims 2q, 2q + 1. */
+static inline st2 chunk_state(__global const float *cs, int q) {
+    st2 x;
+    for (int k = 0; k < 2; k++) {
+        x.m[k] = cs[2 * q + k];
+        x.d[k] = cs[512 + 2 * q + k];
+        x.n[k] = cs[1024 + 2 * q + k];
+    }
+    return x;
+}
+
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_slice_finish(KVC_CL_KERNEL_ARGS) {
     __local float c[512], t[256], u[256];
     __local int flags[8];
@@ -186,10 +203,9 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_slice_f
      * output_of).  No early return: every work-item reaches
      * finish_output's barriers (PoCL 3.1 miscounted with one). */
     int fin = output_of(&sh, bidx, slots, t2r, positions, table, st, o, q == 0, &inf);
-    float fi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float w0 = 0.0f, w1 = 0.0f, cj = 0.0f, sj = 0.0f;
     if (fin) {
-        fin_inputs(weight, cos_sin + inf.pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, &fi[0], &fi[1],
-                   &fi[2], &fi[3]);
+        fin_inputs(weight, cos_sin + inf.pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, &w0, &w1, &cj, &sj);
         /* the first slice group (window order) that met a bad physical
          * block: every work-item reads the <= 32 words itself (one address
          * for all) */
@@ -209,19 +225,15 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_slice_f
         c[2 * q + 1] = cv.y;
     } else if (fin == 1) { /* 2 or 4 chunks of 16 segments: complete subtrees, merged pairwise */
         __global const float *cs = chunk_states + o * nch * 1536;
-        st2 x[4];
-        for (int k = 0; k < nch; k++)
-            for (int u2 = 0; u2 < 2; u2++) {
-                x[k].m[u2] = cs[k * 1536 + 2 * q + u2];
-                x[k].d[u2] = cs[k * 1536 + 512 + 2 * q + u2];
-                x[k].n[u2] = cs[k * 1536 + 1024 + 2 * q + u2];
-            }
-        st_merge(&x[0], &x[1]);
+        st2 x0 = chunk_state(cs, q), x1 = chunk_state(cs + 1536, q);
+        st_merge(&x0, &x1);
         if (nch == 4) {
-            st_merge(&x[2], &x[3]);
-            st_merge(&x[0], &x[2]);
+            st2 x2 = chunk_state(cs + 2 * 1536, q), x3 = chunk_state(cs + 3 * 1536, q);
+            st_merge(&x2, &x3);
+            st_merge(&x0, &x2);
         }
-        for (int u2 = 0; u2 < 2; u2++) c[2 * q + u2] = KVC_DIV(x[0].n[u2], x[0].d[u2]);
+        for (int k = 0; k < 2; k++) c[2 * q + k] = KVC_DIV(x0.n[k], x0.d[k]);
     }
+    const float fi[4] = {w0, w1, cj, sj};
     finish_output(fin, c, t, u, flags, &sh, &inf, fi, kv, st, q, 0);
 }
