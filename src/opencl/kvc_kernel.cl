@@ -85,14 +85,19 @@ static inline st2 seg_reduce(const float2 *v, const float2 *s, int n) {
         cur.d[j] = 0.0f;
         cur.n[j] = 0.0f;
     }
-    for (int i = 1; i < n; i++) {
-        cur.m[0] = kvc_max(cur.m[0], s[i].x);
-        cur.m[1] = kvc_max(cur.m[1], s[i].y);
-    }
-    for (int i = 0; i < n; i++) {
-        kvc_seg_step(cur.m[0], s[i].x, v[i].x, &cur.d[0], &cur.n[0]);
-        kvc_seg_step(cur.m[1], s[i].y, v[i].y, &cur.d[1], &cur.n[1]);
-    }
+    /* constant trip counts, rows >= n skipped: the arrays are indexed by
+     * constants only, so they stay in registers (with `i < n` as the loop
+     * bound NVIDIA's driver put them on the stack) */
+    for (int i = 1; i < KVC_SEG; i++)
+        if (i < n) {
+            cur.m[0] = kvc_max(cur.m[0], s[i].x);
+            cur.m[1] = kvc_max(cur.m[1], s[i].y);
+        }
+    for (int i = 0; i < KVC_SEG; i++)
+        if (i < n) {
+            kvc_seg_step(cur.m[0], s[i].x, v[i].x, &cur.d[0], &cur.n[0]);
+            kvc_seg_step(cur.m[1], s[i].y, v[i].y, &cur.d[1], &cur.n[1]);
+        }
     for (int j = 0; j < 2; j++) kvc_seg_close(cur.m[j], &cur.d[j], &cur.n[j]);
     return cur;
 }

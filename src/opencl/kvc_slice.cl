@@ -31,9 +31,6 @@
  */
 
 #define KVC_CL_SLICE_REC 512 /* floats of an output's c record (one chunk) */
-#ifndef KVC_CL_ISSUE_BARRIER
-#define KVC_CL_ISSUE_BARRIER barrier(CLK_LOCAL_MEM_FENCE);
-#endif
 
 /* The slice groups' local memory, declared by the kernels (OpenCL 1.2: only
  * a kernel may declare it). */
@@ -93,10 +90,6 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
             v1[i] = p1[i * t2];
             s1[i] = p1[i * t2 + 256];
         }
-        /* every load is issued before any arithmetic: the compiler would
-         * otherwise sink the second segment's loads below the first's
-         * arithmetic (NVIDIA's driver did) */
-        KVC_CL_ISSUE_BARRIER
         st = seg_reduce(v0, s0, KVC_SEG);
         const st2 st1 = seg_reduce(v1, s1, KVC_SEG);
         st_merge(&st, &st1);
