@@ -307,14 +307,14 @@ static inline void fin_inputs(__global const ushort *w, __global const float *cs
  * Finalise one output from c[512] with the whole group (work-item q: dims
  * 2q, 2q+1), in the canonical order of kvc_finalize_slot (kvc_canon.h):
  *   - RMS sum: the balanced pairwise tree, level 1 in registers into
- *     t[0..255]; then by_level (a literal) 1: level by level, ping-pong
- *     between t and u (nine barriers), 0: levels 2-4 by 32 work-items into
- *     u[0..31], the rest by every work-item from u (two barriers).  The
- *     second is faster in the 2-dims and wide kernels, the first in
- *     kvc_compress_small's loop (H200, bench/NOTES.md);
- *   - group amax: a max of non-negative values, exact in any order, taken as
- *     an integer max of the float bits (+0 = 0; a NaN only where the slot is
- *     non-finite anyway);
+ *     t[0..255]; levels 2-4 by 32 work-items into u[0..31], levels 5-9 by
+ *     every work-item from u (broadcast reads): the same pairs as level by
+ *     level, in two barriers;
+ *   - group amax: a max of non-negative values, exact in any order, taken
+ *     as an unsigned max of the float bits (a NaN only where the slot is
+ *     non-finite anyway): each work-item's max into t (free once u is
+ *     filled), then every NOPE work-item reads its group's 32 (no local
+ *     atomics: 32 work-items on one address serialise);
  *   - RoPE pair q - 224 on work-items q >= 224, NOPE dims on q < 224.
  * Every work-item calls it (its barriers); active = 0 writes nothing.
  * w0, w1: the RMSNorm weights of the work-item's dims, cj, sj: the cos/sin
@@ -324,44 +324,30 @@ static inline void fin_inputs(__global const ushort *w, __global const float *cs
  */
 static int finalize_group(int active, __local const float *c, __local float *t, __local float *u,
                           __local int *flags, float w0, float w1, float cj, float sj, float eps, int fp8,
-                          __global uchar *payload, __global uchar *scales, int q0, int wide, int by_level) {
+                          __global uchar *payload, __global uchar *scales, int q0, int wide) {
     /* wide (a literal): 512 work-items call it, those from 256 on only for
      * the barriers */
     const int on = !wide || q0 < 256, q = wide ? (q0 & 255) : q0;
-    if (on && q < 8) flags[q] = 0;
+    if (on && q == 0) flags[0] = 0;
     const float c0 = c[2 * q], c1 = c[2 * q + 1];
     int bad = on ? kvc_nonfinite(c0) | kvc_nonfinite(c1) : 0;
     if (on) t[q] = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1)); /* level 1 of the 512-leaf tree */
     barrier(CLK_LOCAL_MEM_FENCE);
-    float ss;
-    if (by_level) { /* one barrier per level, ping-pong between t and u */
-        __local float *src = t, *dst = u;
-        for (int n = 256; n > 1; n >>= 1) {
-            if (on && q < n / 2) dst[q] = KVC_ADD(src[2 * q], src[2 * q + 1]);
-            barrier(CLK_LOCAL_MEM_FENCE);
-            __local float *x = src;
-            src = dst;
-            dst = x;
-        }
-        ss = src[0];
-    } else {
-        /* levels 2-4: 32 work-items, 8 consecutive level-1 nodes each; levels
-         * 5-9: every work-item, from the 32 level-4 nodes (broadcast reads).
-         * The same pairs as by level: two barriers, not nine. */
-        if (on && q < 32) u[q] = tree8_local(t + 8 * q);
-        barrier(CLK_LOCAL_MEM_FENCE);
-        ss = KVC_ADD(KVC_ADD(tree8_local(u), tree8_local(u + 8)), KVC_ADD(tree8_local(u + 16), tree8_local(u + 24)));
-    }
+    if (on && q < 32) u[q] = tree8_local(t + 8 * q);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float ss =
+        KVC_ADD(KVC_ADD(tree8_local(u), tree8_local(u + 8)), KVC_ADD(tree8_local(u + 16), tree8_local(u + 24)));
     const float rr = kvc_rms_scale(ss, eps);
     const float y0 = kvc_rms_apply(c0, rr, w0);
     const float y1 = kvc_rms_apply(c1, rr, w1);
     bad |= on ? kvc_nonfinite(y0) | kvc_nonfinite(y1) : 0;
     ushort h0, h1;
     float z0 = 0.0f, z1 = 0.0f;
+    __local uint *am = (__local uint *)t;
     if (q < 224) { /* NOPE */
         bad |= kvc_nope_bf16(y0, &z0) | kvc_nope_bf16(y1, &z1);
         const float a0 = z0 < 0.0f ? -z0 : z0, a1 = z1 < 0.0f ? -z1 : z1;
-        if (on) atomic_max(&flags[1 + q / 32], (int)as_uint(kvc_max(a0, a1)));
+        if (on) am[q] = as_uint(kvc_max(a0, a1));
     } else { /* RoPE pair j = q - 224 */
         bad |= kvc_rope_bf16(y0, y1, cj, sj, &h0, &h1);
     }
@@ -370,7 +356,9 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
     bad = flags[0];
     if (active && on) {
         if (q < 224) {
-            const int e = kvc_group_exponent(as_float((uint)flags[1 + q / 32]), fp8);
+            uint m = 0;
+            for (int k = 0; k < 32; k++) m = max(m, am[(q & ~31) + k]);
+            const int e = kvc_group_exponent(as_float(m), fp8);
             payload[2 * q] = bad ? 0 : kvc_nope_code(z0, e, fp8);
             payload[2 * q + 1] = bad ? 0 : kvc_nope_code(z1, e, fp8);
             if (q % 32 == 0) scales[q / 32] = kvc_scale_byte(e, bad);
@@ -499,7 +487,7 @@ static void finish_output(int fin, __local float *c, __local float *t, __local f
     long po, so;
     kvc_slot_offsets_s(inf->slot, sh->kv_block_size, sh->page_stride, &po, &so);
     const int badv = finalize_group(fin == 1, c, t, u, flags, fi[0], fi[1], fi[2], fi[3], sh->rms_norm_eps,
-                                    sh->nope_format == 1, kv + po, kv + so, q, wide, 0);
+                                    sh->nope_format == 1, kv + po, kv + so, q, wide);
     if (q == 0 && fin == 2) atomic_inc(&st->invalid);
     if (q == 0 && fin == 1 && badv) atomic_inc(&st->nonfinite);
 }
@@ -585,7 +573,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     long po, so;
     kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, &po, &so);
     const int badv = finalize_group(fin == 1, c, t, u, flags, w0, w1, cj, sj, sh.rms_norm_eps, sh.nope_format == 1,
-                                    kv + po, kv + so, q, 0, 0);
+                                    kv + po, kv + so, q, 0);
     if (q == 0 && fin == 2) atomic_inc(&st->invalid);
     if (q == 0 && fin == 1 && badv) atomic_inc(&st->nonfinite);
 }
@@ -825,7 +813,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         long po, so;
         kvc_slot_offsets_s(s_slot[k], sh.kv_block_size, sh.page_stride, &po, &so);
         const int bad = finalize_group(1, c, t, u, flags, w0, w1, cj, sj, sh.rms_norm_eps, sh.nope_format == 1,
-                                       kv + po, kv + so, q, 0, 1);
+                                       kv + po, kv + so, q, 0);
         written++;
         nonfinite += bad;
         barrier(CLK_LOCAL_MEM_FENCE); /* c, t, u, flags free for the next output */

@@ -319,13 +319,12 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
     /* the CUDA backend's chunk policy: about one wave of work-groups,
      * chunks of >= 4 segments (<= 128), <= 8 chunks per output where the
      * window allows (several waves of shorter chunks were slower on the
-     * H200).  One-segment windows (kvc_compress_small): K outputs per group,
-     * K <= KVC_OPENCL_SMALL_K, whole waves of 2 groups per compute unit,
-     * only beyond one wave of K = KVC_OPENCL_SMALL_K: below that one output
-     * per group was faster (bench/NOTES.md). */
-    const long long slots = 2LL * ent->units;
-    const kvc_plan_policy pol = {KVC_OPENCL_CHDIV,   KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH,
-                                 slots,              KVC_OPENCL_SMALL_K,   slots * KVC_OPENCL_SMALL_K};
+     * H200).  One-segment windows: always kvc_compress_small, K outputs per
+     * group, K <= KVC_OPENCL_SMALL_K, whole waves of KVC_OPENCL_SMALL_SLOTS
+     * groups per compute unit (bench/NOTES.md). */
+    const long long slots = (long long)KVC_OPENCL_SMALL_SLOTS * ent->units;
+    const kvc_plan_policy pol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH, slots, KVC_OPENCL_SMALL_K,
+                                 0};
     kvc_plan pl;
     kvc_plan_make(a->num_outputs, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &pl);
     /* 8-byte loads: buffers start aligned (offset 0), so both strides even */
