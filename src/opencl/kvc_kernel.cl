@@ -77,7 +77,13 @@ static inline void seg_load(__global const float *state, __local const long *row
     }
 }
 
-static inline st2 seg_reduce(const float2 *v, const float2 *s, int n) {
+/* The state of one segment of n rows.  nmax (a literal or n) bounds the
+ * loops: with nmax = KVC_SEG the row arrays are indexed by constants only
+ * and stay in registers (the one-segment kernel: with n as the bound
+ * NVIDIA's driver put them on the stack); nmax = n is the plain loop (the
+ * 2-dims kernel: the constant form cost it 28 registers and one group per
+ * SM). */
+static inline st2 seg_reduce(const float2 *v, const float2 *s, int n, int nmax) {
     st2 cur;
     cur.m[0] = s[0].x;
     cur.m[1] = s[0].y;
@@ -85,15 +91,12 @@ static inline st2 seg_reduce(const float2 *v, const float2 *s, int n) {
         cur.d[j] = 0.0f;
         cur.n[j] = 0.0f;
     }
-    /* constant trip counts, rows >= n skipped: the arrays are indexed by
-     * constants only, so they stay in registers (with `i < n` as the loop
-     * bound NVIDIA's driver put them on the stack) */
-    for (int i = 1; i < KVC_SEG; i++)
+    for (int i = 1; i < nmax; i++)
         if (i < n) {
             cur.m[0] = kvc_max(cur.m[0], s[i].x);
             cur.m[1] = kvc_max(cur.m[1], s[i].y);
         }
-    for (int i = 0; i < KVC_SEG; i++)
+    for (int i = 0; i < nmax; i++)
         if (i < n) {
             kvc_seg_step(cur.m[0], s[i].x, v[i].x, &cur.d[0], &cur.n[0]);
             kvc_seg_step(cur.m[1], s[i].y, v[i].y, &cur.d[1], &cur.n[1]);
@@ -123,7 +126,7 @@ static st2 reduce_segments(const kvc_plan *pl, __global const float *state, __lo
             seg_load(state, rowoff, sdelta, (int)((k + 1) * KVC_SEG), n, q, vn, sn, plain, (int)pl->vec);
         }
         top++;
-        stack[top] = seg_reduce(v, s, nc);
+        stack[top] = seg_reduce(v, s, nc, nc);
         sizes[top] = 1;
         KVC_TREE_PUSH(sizes, top, CL_MERGE);
     }
@@ -311,10 +314,9 @@ static inline void fin_inputs(__global const ushort *w, __global const float *cs
  *     every work-item from u (broadcast reads): the same pairs as level by
  *     level, in two barriers;
  *   - group amax: a max of non-negative values, exact in any order, taken
- *     as an unsigned max of the float bits (a NaN only where the slot is
- *     non-finite anyway): each work-item's max into t (free once u is
- *     filled), then every NOPE work-item reads its group's 32 (no local
- *     atomics: 32 work-items on one address serialise);
+ *     as an integer max of the float bits (+0 = 0; a NaN only where the
+ *     slot is non-finite anyway) by local atomics (faster on the H200 than
+ *     every work-item reading its group's 32 maxima: bench/NOTES.md);
  *   - RoPE pair q - 224 on work-items q >= 224, NOPE dims on q < 224.
  * Every work-item calls it (its barriers); active = 0 writes nothing.
  * w0, w1: the RMSNorm weights of the work-item's dims, cj, sj: the cos/sin
@@ -328,7 +330,7 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
     /* wide (a literal): 512 work-items call it, those from 256 on only for
      * the barriers */
     const int on = !wide || q0 < 256, q = wide ? (q0 & 255) : q0;
-    if (on && q == 0) flags[0] = 0;
+    if (on && q < 8) flags[q] = 0;
     const float c0 = c[2 * q], c1 = c[2 * q + 1];
     int bad = on ? kvc_nonfinite(c0) | kvc_nonfinite(c1) : 0;
     if (on) t[q] = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1)); /* level 1 of the 512-leaf tree */
@@ -343,11 +345,10 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
     bad |= on ? kvc_nonfinite(y0) | kvc_nonfinite(y1) : 0;
     ushort h0, h1;
     float z0 = 0.0f, z1 = 0.0f;
-    __local uint *am = (__local uint *)t;
     if (q < 224) { /* NOPE */
         bad |= kvc_nope_bf16(y0, &z0) | kvc_nope_bf16(y1, &z1);
         const float a0 = z0 < 0.0f ? -z0 : z0, a1 = z1 < 0.0f ? -z1 : z1;
-        if (on) am[q] = as_uint(kvc_max(a0, a1));
+        if (on) atomic_max(&flags[1 + q / 32], (int)as_uint(kvc_max(a0, a1)));
     } else { /* RoPE pair j = q - 224 */
         bad |= kvc_rope_bf16(y0, y1, cj, sj, &h0, &h1);
     }
@@ -356,9 +357,7 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
     bad = flags[0];
     if (active && on) {
         if (q < 224) {
-            uint m = 0;
-            for (int k = 0; k < 32; k++) m = max(m, am[(q & ~31) + k]);
-            const int e = kvc_group_exponent(as_float(m), fp8);
+            const int e = kvc_group_exponent(as_float((uint)flags[1 + q / 32]), fp8);
             payload[2 * q] = bad ? 0 : kvc_nope_code(z0, e, fp8);
             payload[2 * q + 1] = bad ? 0 : kvc_nope_code(z1, e, fp8);
             if (q % 32 == 0) scales[q / 32] = kvc_scale_byte(e, bad);
@@ -795,7 +794,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     float2 v[KVC_SEG], s[KVC_SEG];
     if (k < kn) seg_load(state, rowoff, sdelta, k * KVC_SEG, rows, q, v, s, !s_masked[k], (int)pl.vec);
     while (k < kn) {
-        const st2 res = seg_reduce(v, s, rows);
+        const st2 res = seg_reduce(v, s, rows, KVC_SEG);
         int kk = k + 1;
         while (kk < kn && (!s_ok[kk] || s_bad[kk])) {
             if (q == 0 && s_ok[kk]) {

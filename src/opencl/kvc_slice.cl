@@ -90,8 +90,8 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
             v1[i] = p1[i * t2];
             s1[i] = p1[i * t2 + 256];
         }
-        st = seg_reduce(v0, s0, KVC_SEG);
-        const st2 st1 = seg_reduce(v1, s1, KVC_SEG);
+        st = seg_reduce(v0, s0, KVC_SEG, KVC_SEG);
+        const st2 st1 = seg_reduce(v1, s1, KVC_SEG, KVC_SEG);
         st_merge(&st, &st1);
     } else {
         if (slot < 0) return;
@@ -115,9 +115,9 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
         if (!bad) { /* one segment at a time through the row table (else nothing is loaded) */
             float2 v[KVC_SEG], sc[KVC_SEG];
             seg_load(state, L->rowoff, kvc_score_delta(0), 16 * w, KVC_SEG, dq, v, sc, 1, 1);
-            st = seg_reduce(v, sc, KVC_SEG);
+            st = seg_reduce(v, sc, KVC_SEG, KVC_SEG);
             seg_load(state, L->rowoff, kvc_score_delta(0), 16 * w + 8, KVC_SEG, dq, v, sc, 1, 1);
-            const st2 st1 = seg_reduce(v, sc, KVC_SEG);
+            const st2 st1 = seg_reduce(v, sc, KVC_SEG, KVC_SEG);
             st_merge(&st, &st1);
         }
     }
