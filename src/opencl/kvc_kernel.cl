@@ -731,3 +731,93 @@ __kernel __attribute__((reqd_work_group_size(2 * KVC_CL_WG, 1, 1))) void kvc_com
     finish_output(fin, c, t, u, flags, &sh, &inf, fi, kv, st, q, 1);
 }
 #endif /* KVC_CL_STRAIGHT */
+
+/*
+ * Windows of one segment (C <= 8, or C <= 4 with overlap: the C4
+ * compressor), as the CUDA backend's compress_small_kernel: a work-group
+ * takes pl.small_k <= KVC_CL_SMALL_K consecutive outputs.  Their index checks
+ * run in parallel (work-item k: output k), their rows are resolved in
+ * parallel (one work-item per row, each row's block checked), then the
+ * outputs are reduced and finalised one after another, the next output's
+ * loads in flight during the current one's finalisation.  Loop forms only
+ * (PoCL: see KVC_CL_STRAIGHT).
+ */
+#ifndef KVC_CL_SMALL_K
+#define KVC_CL_SMALL_K 32 /* outputs per work-group at most: the host passes KVC_OPENCL_SMALL_K */
+#endif
+
+__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_small(KVC_CL_KERNEL_ARGS) {
+    __local float c[512], t[256], u[256];
+    __local int flags[8];
+    __local long rowoff[KVC_CL_SMALL_K * KVC_SEG];
+    __local long s_slot[KVC_CL_SMALL_K], s_pc[KVC_CL_SMALL_K], s_r[KVC_CL_SMALL_K], s_p[KVC_CL_SMALL_K],
+        s_badg[KVC_CL_SMALL_K];
+    __local int s_ok[KVC_CL_SMALL_K], s_bad[KVC_CL_SMALL_K], s_masked[KVC_CL_SMALL_K];
+    const int q = (int)get_local_id(0);
+    const long o0 = (long)get_group_id(0) * pl.small_k;
+    const int kn = (int)(sh.num_outputs - o0 < pl.small_k ? sh.num_outputs - o0 : pl.small_k);
+    if (q < kn) { /* work-item q: output o0 + q's checks (it records its own error or padding) */
+        kvc_out_info inf;
+        s_ok[q] = output_of(&sh, bidx, slots, t2r, positions, table, st, o0 + q, 1, &inf);
+        s_bad[q] = 0;
+        s_masked[q] = 0;
+        s_slot[q] = inf.slot;
+        s_pc[q] = inf.pc;
+        s_r[q] = inf.r;
+        s_p[q] = inf.p;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int rows = (int)pl.rows; /* <= 8 */
+    for (int x = q; x < kn * KVC_SEG; x += KVC_CL_WG) {
+        const int k = x / KVC_SEG, i = x % KVC_SEG;
+        long off = -1, g;
+        if (s_ok[k] && i < rows) {
+            off = kvc_row_lookup(&sh, table + s_r[k] * sh.block_table_stride, s_p[k], i, &g);
+            if (off == KVC_ROW_MASKED) s_masked[k] = 1;
+            if (off == KVC_ROW_BAD && atomic_xchg(&s_bad[k], 1) == 0) s_badg[k] = g;
+        }
+        rowoff[x] = off;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const long sdelta = kvc_score_delta(sh.overlap != 0);
+    int written = 0, nonfinite = 0;                    /* work-item 0's counts */
+    /* the next output to reduce from k on; the skipped ones with a bad block
+     * are reported (the choice is the same in every work-item) */
+    int k = 0;
+    while (k < kn && (!s_ok[k] || s_bad[k])) {
+        if (q == 0 && s_ok[k]) {
+            record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o0 + k, s_badg[k]);
+            atomic_inc(&st->invalid);
+        }
+        k++;
+    }
+    float2 v[KVC_SEG], s[KVC_SEG];
+    if (k < kn) seg_load(state, rowoff, sdelta, k * KVC_SEG, rows, q, v, s, !s_masked[k], (int)pl.vec);
+    while (k < kn) {
+        const st2 res = seg_reduce(v, s, rows, KVC_SEG);
+        int kk = k + 1;
+        while (kk < kn && (!s_ok[kk] || s_bad[kk])) {
+            if (q == 0 && s_ok[kk]) {
+                record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o0 + kk, s_badg[kk]);
+                atomic_inc(&st->invalid);
+            }
+            kk++;
+        }
+        if (kk < kn) /* in flight while k finalises */
+            seg_load(state, rowoff, sdelta, kk * KVC_SEG, rows, q, v, s, !s_masked[kk], (int)pl.vec);
+        float w0, w1, cj, sj; /* (loads issued before the barriers) */
+        fin_inputs(weight, cos_sin + s_pc[k] * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, &w0, &w1, &cj, &sj);
+        for (int j = 0; j < 2; j++) c[2 * q + j] = KVC_DIV(res.n[j], res.d[j]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        long po, so;
+        kvc_slot_offsets_s(s_slot[k], sh.kv_block_size, sh.page_stride, &po, &so);
+        const int bad = finalize_group(1, c, t, u, flags, w0, w1, cj, sj, sh.rms_norm_eps, sh.nope_format == 1,
+                                       kv + po, kv + so, q, 0);
+        written++;
+        nonfinite += bad;
+        barrier(CLK_LOCAL_MEM_FENCE); /* c, t, u, flags free for the next output */
+        k = kk;
+    }
+    if (q == 0 && written) atomic_add(&st->written, written);
+    if (q == 0 && nonfinite) atomic_add(&st->nonfinite, nonfinite);
+}
