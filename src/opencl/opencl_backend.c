@@ -85,7 +85,7 @@ static int opencl_available(void) {
  * (2-dims kernel); ".L2::256B" on top gained nothing (bench/NOTES.md).
  *
  * The directives (opencl_tuning.h): the wide kernel at .minnctapersm 2, the
- * slice and one-segment kernels at 4, the 2-dims kernel as built; .cs
+ * slice kernels at 4, the 2-dims and one-segment kernels as built; .cs
  * loads in the 2-dims, wide and slice kernels.
  * KVC_OPENCL_DUMP=file writes the built program binary (PTX on NVIDIA).  Any
  * failure keeps the program as built.
@@ -125,7 +125,6 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         bin = kvc_ptx_minb(bin, "kvc_slice_dense", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice", &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice_dense", &done);
-        bin = kvc_ptx_minb(bin, "kvc_compress_small", KVC_OPENCL_SMALL_SLOTS, &done);
     }
     if (!done) {
         free(bin);

@@ -16,9 +16,10 @@
 /* one-segment kernel: outputs per work-group at most (its tables in local
  * memory); passed to the kernel build as KVC_CL_SMALL_K */
 #define KVC_OPENCL_SMALL_K 32
-/* one-segment kernel: groups per compute unit the waves are balanced for,
- * and on NVIDIA its .minnctapersm (<= 64 registers; 2 and 3 were slower) */
-#define KVC_OPENCL_SMALL_SLOTS 4
+/* one-segment kernel: groups per compute unit the waves are balanced for
+ * (as built on NVIDIA, 80 registers: 2 resident; held to 4 by
+ * .minnctapersm it was 10% slower) */
+#define KVC_OPENCL_SMALL_SLOTS 2
 /* NVIDIA: .minnctapersm for the wide kernel (64 registers, 32 warps per SM;
  * 80 registers as built); the 2-dims kernel stays as built (3 and 4 spilled
  * and were slower) */
