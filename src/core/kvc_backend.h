@@ -31,6 +31,11 @@ typedef struct kvc_backend_ops {
     int handles;
 } kvc_backend_ops;
 
+/* The CPU backend's AVX-512F exp (cpu_backend.c) against kvc_exp on every
+ * stride-th non-positive float (and -Inf, NaNs, +0): @return the number of
+ * differing results, -1 where the CPU has no AVX-512F (tests/test_units.c). */
+KVC_HIDDEN int64_t kvc_cpu_exp16_mismatches(uint32_t stride);
+
 /* Test hooks (CMake KVC_TEST_HOOKS, on in test builds only): environment
  * variables, set to 1, that make the tests reach kernels a call would not
  * take.  Without the hooks every one reads 0. */

@@ -21,6 +21,15 @@
 
 #define D 512
 
+/* x86-64 with GCC or clang: the AVX-512F segment loop, taken at run time
+ * where the CPU has AVX-512F (the bytes never depend on it). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(KVC_NO_TARGET_CLONES)
+#define KVC_CPU_AVX512 1
+#include <immintrin.h>
+#else
+#define KVC_CPU_AVX512 0
+#endif
+
 /* Optional per-function ISA clones: bytes never depend on the clone taken,
  * because every operation is a correctly rounded IEEE operation. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
@@ -45,8 +54,12 @@ typedef struct {
 static float g_masked_v[D];      /* a masked overlap row: value 0 ... */
 static float g_masked_s[D];      /* ... score -Inf                     */
 static pthread_once_t g_masked_once = PTHREAD_ONCE_INIT;
+static int g_avx512; /* seg_reduce8_avx512 runs here */
 static void init_masked(void) {
     for (int d = 0; d < D; d++) g_masked_s[d] = -INFINITY;
+#if KVC_CPU_AVX512
+    g_avx512 = __builtin_cpu_supports("avx512f");
+#endif
 }
 
 /* The online processor count, read once: sysconf reads it from sysfs, ~8 us
@@ -126,11 +139,120 @@ __attribute__((noinline)) static void seg_reduce8(const float *const *restrict s
     }
 }
 
+#if KVC_CPU_AVX512
+/*
+ * AVX-512F forms of the segment arithmetic: the same IEEE operations, so
+ * the same bits, in fewer instructions than gcc's vectorisation of the
+ * scalar code:
+ *   - kvc_exp: k = rint(x * log2e) by vrndscaleps (the round-magic add and
+ *     subtract of kvc_exp round to nearest even the same way for |x log2e|
+ *     < 2^22), 2^k and the cutoff select by one zero-masked vscalefps
+ *     (q * 2^k exactly rounded, as q * float(2^k)).  Equal to kvc_exp on
+ *     every non-positive float, -Inf and NaN (tests/test_units.c checks a
+ *     stride of them; all 2^31 were compared once, bench/NOTES.md);
+ *   - the segment max: vmaxps, which is kvc_max except where a score is
+ *     NaN (maxps(a, b) = a > b ? a : b drops a NaN in a).  Such a dim's den
+ *     and num are NaN either way (its row's exp is NaN), and a NaN den
+ *     survives every later merge and ends in the non-finite slot, so only
+ *     the -Inf test of kvc_seg_close can tell: wherever the max is -Inf the
+ *     vector is redone with kvc_max's NaN-propagating form.
+ */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 exp16(__m512 x) {
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(KVC_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_sub_ps(_mm512_sub_ps(x, _mm512_mul_ps(k, _mm512_set1_ps(KVC_LN2_HI))),
+                                   _mm512_mul_ps(k, _mm512_set1_ps(KVC_LN2_LO)));
+    __m512 q = _mm512_set1_ps(0x1.6c16c2p-10f);
+    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(0x1.111112p-7f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(0x1.555556p-5f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(0x1.555556p-3f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(0x1.000000p-1f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(1.0f));
+    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(1.0f));
+    /* !(x < cutoff) (a NaN x is kept: it flows through as in kvc_exp) */
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(KVC_EXP_CUTOFF), _CMP_NLT_UQ);
+    return _mm512_maskz_scalef_ps(keep, q, k);
+}
+
+/* seg_reduce8 in AVX-512F, the same prefetches. */
+__attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
+    const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
+    const float *const *pfv, float *restrict om, float *restrict oden, float *restrict onum) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
+    for (int b = 0; b < D; b += 16) {
+        if (b + 64 < D)
+            for (int i = 0; i < KVC_SEG; i++) {
+                __builtin_prefetch(sr[i] + b + 64, 0, 3);
+                __builtin_prefetch(vr[i] + b + 64, 0, 3);
+            }
+        if (pfs)
+            for (int i = 0; i < KVC_SEG; i++) {
+                __builtin_prefetch(pfs[i] + b, 0, 2);
+                __builtin_prefetch(pfv[i] + b, 0, 2);
+            }
+        __m512 sv[KVC_SEG];
+        for (int i = 0; i < KVC_SEG; i++) sv[i] = _mm512_loadu_ps(sr[i] + b);
+        __m512 m = sv[0];
+        for (int i = 1; i < KVC_SEG; i++) m = _mm512_max_ps(m, sv[i]);
+        if (_mm512_cmp_ps_mask(m, ninf, _CMP_EQ_OQ)) { /* kvc_max's NaN-propagating form */
+            m = sv[0];
+            for (int i = 1; i < KVC_SEG; i++)
+                m = _mm512_mask_mov_ps(_mm512_max_ps(m, sv[i]), _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q), m);
+        }
+        __m512 den = zero, num = zero;
+        for (int i = 0; i < KVC_SEG; i++) { /* kvc_seg_step, rows in order */
+            const __m512 e = exp16(_mm512_sub_ps(sv[i], m));
+            den = _mm512_add_ps(den, e);
+            num = _mm512_add_ps(num, _mm512_mul_ps(e, _mm512_loadu_ps(vr[i] + b)));
+        }
+        const __mmask16 dead = _mm512_cmp_ps_mask(m, ninf, _CMP_EQ_OQ); /* kvc_seg_close */
+        _mm512_storeu_ps(om + b, m);
+        _mm512_storeu_ps(oden + b, _mm512_mask_mov_ps(den, dead, zero));
+        _mm512_storeu_ps(onum + b, _mm512_mask_mov_ps(num, dead, zero));
+    }
+}
+
+__attribute__((target("avx512f"))) static int64_t exp16_check(uint32_t stride) {
+    int64_t bad = 0;
+    uint32_t bits[16];
+    /* x = -0 .. -Inf and the negative NaNs, then +0 and a positive NaN */
+    for (uint64_t b0 = 0x80000000u; b0 + 16 * (uint64_t)stride <= 0x100000000u; b0 += 16 * (uint64_t)stride) {
+        for (int i = 0; i < 16; i++) bits[i] = (uint32_t)(b0 + (uint64_t)i * stride);
+        bits[14] = 0;
+        bits[15] = 0x7FC00001u;
+        float x[16], y[16];
+        memcpy(x, bits, sizeof x);
+        _mm512_storeu_ps(y, exp16(_mm512_loadu_ps(x)));
+        for (int i = 0; i < 16; i++) {
+            const float e = kvc_exp(x[i]);
+            if (memcmp(&e, &y[i], 4) != 0 && !(e != e && y[i] != y[i])) bad++;
+        }
+    }
+    return bad;
+}
+
+int64_t kvc_cpu_exp16_mismatches(uint32_t stride) {
+    if (!__builtin_cpu_supports("avx512f") || stride == 0) return -1;
+    return exp16_check(stride);
+}
+#else
+int64_t kvc_cpu_exp16_mismatches(uint32_t stride) {
+    (void)stride;
+    return -1;
+}
+#endif
+
 /* Reduce one segment of n (1..8) rows into st. */
 KVC_CLONES
 static void seg_reduce(const float *const *vrow, const float *const *srow, int n, const float *const *pfs,
                        const float *const *pfv, seg_state *restrict st) {
     if (n == KVC_SEG) {
+#if KVC_CPU_AVX512
+        if (g_avx512) {
+            seg_reduce8_avx512(srow, vrow, pfs, pfv, st->m, st->den, st->num);
+            return;
+        }
+#endif
         seg_reduce8(srow, vrow, pfs, pfv, st->m, st->den, st->num);
         return;
     }
