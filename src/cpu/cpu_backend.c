@@ -86,6 +86,24 @@ static inline __attribute__((always_inline)) void row_step(const float *restrict
     for (int d = 0; d < D; d++) kvc_seg_step(m[d], s[d], v[d], &den[d], &num[d]);
 }
 
+/* seg_reduce8's prefetches before the block of 16 dims from b: the 16 rows'
+ * lines 64 dims ahead into L1, the next segment's (pfs, pfv; NULL: none)
+ * line of this block into L2. */
+static inline __attribute__((always_inline)) void block_prefetch(const float *const *sr, const float *const *vr,
+                                                                 const float *const *pfs, const float *const *pfv,
+                                                                 int b) {
+    if (b + 64 < D)
+        for (int i = 0; i < KVC_SEG; i++) {
+            __builtin_prefetch(sr[i] + b + 64, 0, 3);
+            __builtin_prefetch(vr[i] + b + 64, 0, 3);
+        }
+    if (pfs)
+        for (int i = 0; i < KVC_SEG; i++) {
+            __builtin_prefetch(pfs[i] + b, 0, 2);
+            __builtin_prefetch(pfv[i] + b, 0, 2);
+        }
+}
+
 /* A full segment in ONE pass over the dimensions: the 8 rows' scores and
  * values are 16 independent streams in the same loop (more cache misses in
  * flight than 8 row-by-row passes), and the state stays in registers.  Same
@@ -103,16 +121,7 @@ __attribute__((noinline)) static void seg_reduce8(const float *const *restrict s
     const float *restrict v0 = vr[0], *restrict v1 = vr[1], *restrict v2 = vr[2], *restrict v3 = vr[3];
     const float *restrict v4 = vr[4], *restrict v5 = vr[5], *restrict v6 = vr[6], *restrict v7 = vr[7];
     for (int b = 0; b < D; b += 16) {
-        if (b + 64 < D)
-            for (int i = 0; i < KVC_SEG; i++) {
-                __builtin_prefetch(sr[i] + b + 64, 0, 3);
-                __builtin_prefetch(vr[i] + b + 64, 0, 3);
-            }
-        if (pfs)
-            for (int i = 0; i < KVC_SEG; i++) {
-                __builtin_prefetch(pfs[i] + b, 0, 2);
-                __builtin_prefetch(pfv[i] + b, 0, 2);
-            }
+        block_prefetch(sr, vr, pfs, pfv, b);
         for (int d = b; d < b + 16; d++) {
             float m = s0[d];
             m = kvc_max(m, s1[d]);
@@ -180,16 +189,7 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
     const float *const *pfv, float *restrict om, float *restrict oden, float *restrict onum) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
     for (int b = 0; b < D; b += 16) {
-        if (b + 64 < D)
-            for (int i = 0; i < KVC_SEG; i++) {
-                __builtin_prefetch(sr[i] + b + 64, 0, 3);
-                __builtin_prefetch(vr[i] + b + 64, 0, 3);
-            }
-        if (pfs)
-            for (int i = 0; i < KVC_SEG; i++) {
-                __builtin_prefetch(pfs[i] + b, 0, 2);
-                __builtin_prefetch(pfv[i] + b, 0, 2);
-            }
+        block_prefetch(sr, vr, pfs, pfv, b);
         __m512 sv[KVC_SEG];
         for (int i = 0; i < KVC_SEG; i++) sv[i] = _mm512_loadu_ps(sr[i] + b);
         __m512 m = sv[0];
