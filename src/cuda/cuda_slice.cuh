@@ -64,23 +64,28 @@ __device__ __forceinline__ long long slice_block_of(const launch_params &P, long
 }
 
 /* What a slice CTA needs of output o to load its rows safely: the boundary
- * position p, the request's block-table row and the slot (< 0: padding);
- * 0 for an invalid output (the finisher runs all of kvc_check_output and
- * records it).  The window's rows p - C + 1 .. p then lie in logical blocks
- * 0 .. p / bs.  The caller tests the slot only once its table loads are
- * issued: the padding test is not needed for their safety, and a branch on
- * it before them delays them. */
+ * position p, the request's block-table row and the slot (< 0: padding).
+ * Branch-free: the token, request and position are clamped into range, so
+ * that the chain of dependent loads (index, token, table, rows) runs with no
+ * test between its links, and every address stays in bounds; @return 0 for
+ * an invalid output (then p and trow are the clamped ones, and the finisher
+ * runs all of kvc_check_output and records it).  The host takes the slice
+ * kernels only where num_tokens, num_reqs, num_blocks >= 1 and blocks_per_req x
+ * block_size >= C, so a clamped window's rows p - C + 1 .. p lie in logical
+ * blocks 0 .. blocks_per_req - 1. */
 __device__ __forceinline__ int slice_window(const launch_params &P, long long o, long long *p, const kvc_i32 **trow,
                                             long long *slot) {
     const kvc_args &a = P.a;
     const kvc_i64 b = a.boundary_token_indices[o];
-    if (b < 0 || b >= a.num_tokens) return 0;
-    const kvc_i64 r = a.token_to_req[b], pp = a.positions[b];
-    *slot = a.kv_slot_mapping[b];
-    if (r < 0 || r >= a.num_reqs || pp < a.compress_ratio - 1 || slice_block_of(P, pp) >= a.blocks_per_req) return 0;
-    *p = pp;
-    *trow = a.block_table + r * a.block_table_stride;
-    return 1;
+    const kvc_i64 bc = b < 0 ? 0 : b >= a.num_tokens ? a.num_tokens - 1 : b;
+    const kvc_i64 r = a.token_to_req[bc], pp = a.positions[bc];
+    *slot = a.kv_slot_mapping[bc];
+    const kvc_i64 pmin = a.compress_ratio - 1, pmax = a.blocks_per_req * a.block_size - 1;
+    const kvc_i64 rc = r < 0 ? 0 : r >= a.num_reqs ? a.num_reqs - 1 : r;
+    const kvc_i64 pc = pp < pmin ? pmin : pp > pmax ? pmax : pp;
+    *p = pc;
+    *trow = a.block_table + rc * a.block_table_stride;
+    return (b == bc) & (r == rc) & (pp == pc);
 }
 
 template <int NCH, int TS>
@@ -99,11 +104,12 @@ __global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
     if (l == 0) wbad[w] = SLICE_OK;
     long long p, slot;
     const kvc_i32 *trow;
-    if (!slice_window(P, o, &p, &trow, &slot)) return; /* invalid: the finisher's */
+    const int ok = slice_window(P, o, &p, &trow, &slot); /* tested with the slot, after the table loads */
     const long long ts = P.a.state_stride_token, pos0 = p - P.a.compress_ratio + 1 + 128 * j + 16 * w;
     long long off = 0, o0, o1;
     unsigned badm, strided;
-    if (P.bs_shift >= 3 && (pos0 & 7) == 0) {
+    const int fastp = P.bs_shift >= 3 && (pos0 & 7) == 0;
+    if (fastp) {
         /* each of the warp's two segments lies in one block (the common
          * case): two table entries, the same for every lane */
         const long long l0 = pos0 >> P.bs_shift, l1 = (pos0 + KVC_SEG) >> P.bs_shift;
@@ -111,8 +117,10 @@ __global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
         const int bad0 = g0 < 0 || g0 >= P.a.num_blocks, bad1 = g1 < 0 || g1 >= P.a.num_blocks;
         badm = bad0 | bad1;
         if (badm && l == 0) wbad[w] = bad0 ? g0 : g1;
-        o0 = g0 * P.a.state_stride_block + (pos0 - (l0 << P.bs_shift)) * ts;
-        o1 = g1 * P.a.state_stride_block + (pos0 + KVC_SEG - (l1 << P.bs_shift)) * ts;
+        /* a bad warp loads row 0 of block 0 (no branch around the loads;
+         * its state is never used) */
+        o0 = bad0 | bad1 ? 0 : g0 * P.a.state_stride_block + (pos0 - (l0 << P.bs_shift)) * ts;
+        o1 = bad0 | bad1 ? 0 : g1 * P.a.state_stride_block + (pos0 + KVC_SEG - (l1 << P.bs_shift)) * ts;
         strided = 0xffffffffu;
     } else {
         const kvc_shape sh = kvc_shape_of(&P.a);
@@ -128,9 +136,9 @@ __global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
         o0 = __shfl_sync(0xffffffffu, off, 0), o1 = __shfl_sync(0xffffffffu, off, KVC_SEG);
         strided = __ballot_sync(0xffffffffu, l >= 2 * KVC_SEG || off == (l < KVC_SEG ? o0 : o1) + (l & 7) * ts);
     }
-    if (slot < 0) return; /* padding: the finisher's */
+    if (!ok || slot < 0) return; /* invalid or padding: the finisher's */
     stv st;
-    if (!badm) { /* else the warp loads nothing; its state is never used */
+    if (fastp || !badm) { /* else the warp loads nothing; its state is never used */
         seg_data x0, x1;
         if (strided == 0xffffffffu) {
             seg_load_strided<TS>(P, o0, ts, q, x0);
