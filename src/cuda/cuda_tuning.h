@@ -1,6 +1,9 @@
 /*
  * cuda_tuning.h -- the CUDA backend's tuning constants, each the winner of
- * an A/B measurement on the H200 (bench/NOTES.md names the runs).
+ * an A/B measurement on the H200 (bench/NOTES.md names the runs): the
+ * chunked and one-segment kernels' here; the slice kernels' (256 threads,
+ * 4 CTAs per SM, the token stride 1024 compiled in) are their launch
+ * bounds and template arguments in cuda_slice.cuh.
  */
 #ifndef KVC_CUDA_TUNING_H
 #define KVC_CUDA_TUNING_H
