@@ -111,7 +111,9 @@ typedef struct kvc_conform_opts {
     int threads;          /* CPU under test: worker threads (the reference: all)    */
     const char *golden;   /* golden data folder (manifest + cases.tsv), or NULL     */
     int nrandom;          /* random shapes (the verify set), 0 = none               */
-    int paths;            /* 1: also the GPU-path shapes                            */
+    int paths;            /* 1: also the GPU-path shapes; 2: those of them the     */
+                          /* slice kernels do not take (C = 128 / 256 / 512, no     */
+                          /* overlap: the same kernels under either OpenCL mode)   */
     FILE *log;            /* one line per case; NULL: failures only, to stderr      */
 } kvc_conform_opts;
 typedef struct kvc_conform_result {
