@@ -40,7 +40,6 @@ typedef struct {
     int wbad[8];        /* lane group w met a bad block ... */
     long wbadg[8];      /* ... this one */
     int first_bad;      /* general path: first bad row */
-    long bad_g;
 } kvc_slice_local;
 
 /* The body of both slice kernels; TS > 0: the token stride, known at
@@ -62,7 +61,7 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
     const int bsh = (bs & (bs - 1)) == 0 ? 63 - (int)clz(bs) : -1;
     if (r < 0 || r >= sh->num_reqs || p < C - 1 || (bsh >= 0 ? p >> bsh : p / bs) >= sh->blocks_per_req) return;
     __global const int *trow = table + r * sh->block_table_stride;
-    const long ts = TS > 0 ? TS : sh->state_stride_token, sb = sh->state_stride_block;
+    const long ts = TS > 0 ? TS : sh->state_stride_token, bstride = sh->state_stride_block;
     const long pos0 = p - C + 1 + 128 * j + 16 * w; /* the lane group's first row */
     const int aligned = bsh >= 3 && ((p - C + 1) & 7) == 0; /* the same for the whole group */
     int bad;
@@ -77,41 +76,38 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
             L->wbad[w] = bad;
             L->wbadg[w] = bad0 ? g0 : g1;
         }
-        o0 = bad ? 0 : g0 * sb + (pos0 - (l0 << bsh)) * ts; /* (a bad lane group loads row 0: its state is */
-        o1 = bad ? 0 : g1 * sb + (pos0 + KVC_SEG - (l1 << bsh)) * ts; /* never used) */
+        o0 = bad ? 0 : g0 * bstride + (pos0 - (l0 << bsh)) * ts; /* (a bad lane group loads row 0: */
+        o1 = bad ? 0 : g1 * bstride + (pos0 + KVC_SEG - (l1 << bsh)) * ts; /* its state is never used) */
         if (slot < 0) return; /* padding (tested after the table loads: they need no test) */
-        float2 v0[KVC_SEG], s0[KVC_SEG], v1[KVC_SEG], s1[KVC_SEG];
-        __global const float2 *p0 = (__global const float2 *)(state + o0) + dq;
-        __global const float2 *p1 = (__global const float2 *)(state + o1) + dq;
+        float2 va[KVC_SEG], sa[KVC_SEG], vb[KVC_SEG], sb[KVC_SEG]; /* the two segments' values, scores */
+        __global const float2 *pa = (__global const float2 *)(state + o0) + dq;
+        __global const float2 *pb = (__global const float2 *)(state + o1) + dq;
         const long t2 = ts / 2;
         for (int i = 0; i < KVC_SEG; i++) {
-            v0[i] = p0[i * t2];
-            s0[i] = p0[i * t2 + 256];
-            v1[i] = p1[i * t2];
-            s1[i] = p1[i * t2 + 256];
+            va[i] = pa[i * t2];
+            sa[i] = pa[i * t2 + 256];
+            vb[i] = pb[i * t2];
+            sb[i] = pb[i * t2 + 256];
         }
-        st = seg_reduce(v0, s0, KVC_SEG, KVC_SEG);
-        const st2 st1 = seg_reduce(v1, s1, KVC_SEG, KVC_SEG);
+        st = seg_reduce(va, sa, KVC_SEG, KVC_SEG);
+        const st2 st1 = seg_reduce(vb, sb, KVC_SEG, KVC_SEG);
         st_merge(&st, &st1);
     } else {
         if (slot < 0) return;
         if (q == 0) L->first_bad = 128;
         barrier(CLK_LOCAL_MEM_FENCE);
+        long g = 0; /* work-item q's row's block */
         if (q < 128) {
-            long g = 0;
             const long off = kvc_row_lookup(sh, trow, p, 128 * j + q, &g);
             L->rowoff[q] = off;
             if (off == KVC_ROW_BAD) atomic_min(&L->first_bad, q);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (q < 128 && q == L->first_bad) L->bad_g = trow[kvc_udiv(p - C + 1 + 128 * j + q, bs)];
         bad = L->first_bad < 128;
-        if (q < 8) {
-            L->wbad[q] = q == 0 && bad;
-            L->wbadg[q] = 0;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        if (q == 0) L->wbadg[0] = L->bad_g;
+        /* the group's first bad row as lane group 0's (read after the
+         * merge's barriers) */
+        if (q < 8) L->wbad[q] = q == 0 && bad;
+        if (q < 128 && q == L->first_bad) L->wbadg[0] = g;
         if (!bad) { /* one segment at a time through the row table (else nothing is loaded) */
             float2 v[KVC_SEG], sc[KVC_SEG];
             seg_load(state, L->rowoff, kvc_score_delta(0), 16 * w, KVC_SEG, dq, v, sc, 1, 1);
