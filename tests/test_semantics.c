@@ -329,9 +329,9 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
  * C = 128 runs the chunked kernel, C = 8 the one-segment-window kernel
  * (several outputs per thread block / work-group). */
 static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_report *, kvc_device_status *),
-                               int64_t C) {
+                               int64_t C, int64_t bs) {
     kvc_case c;
-    if (!gen(&c, 2, 2 * 1024, C, 8, 1, 31)) return;
+    if (!gen(&c, 2, 2 * 1024, C, bs, 1, 31)) return;
     TU_CHECK(kvc_compress(&c.args, NULL, NULL) == KVC_OK, "CPU run");
     uint8_t *cpu = rows_of(&c.args);
     const int64_t bad_o = 11; /* request 1, its 4th window */
@@ -342,12 +342,14 @@ static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_re
         {"position", 3 /* KVC_CHECK_POSITION */, 5},
         {"physical blocks of two chunks", 5, 999},
     };
-    for (int k = 0; k < (C >= 128 ? 4 : 3); k++) {
+    for (int k = 0; k < (C >= 128 && bs == 8 ? 4 : 3); k++) {
         kvc_case d;
-        if (!gen(&d, 2, 2 * 1024, C, 8, 1, 31)) break;
+        if (!gen(&d, 2, 2 * 1024, C, bs, 1, 31)) break;
         int64_t p = d.positions[b], r = d.token_to_req[b];
-        /* a block of the window's last rows (p - 7 .. p: always in the window) */
-        if (k == 0) d.block_table[r * d.args.blocks_per_req + (p - 7) / 8] = 999;
+        /* a block of the window's last rows (p - 7 .. p: always in the
+         * window), or with blocks of 12 one in its middle (the rows of row
+         * p - 64's block are all in the window) */
+        if (k == 0) d.block_table[r * d.args.blocks_per_req + (bs == 8 ? p - 7 : p - 64) / bs] = 999;
         if (k == 1) d.kv_slot_mapping[b] = 12345;
         if (k == 2) d.positions[b] = 5;
         /* rows p - 127 .. p - 64: the first two of the window's chunks (the
@@ -400,14 +402,16 @@ int main(int argc, char **argv) {
     }
 #ifdef KVC_KIT_WITH_CUDA
     if (g_backend == KVC_BACKEND_CUDA) {
-        test_device_errors(kvc_kit_cuda_run, 128);
-        test_device_errors(kvc_kit_cuda_run, 8);
+        test_device_errors(kvc_kit_cuda_run, 128, 8);
+        test_device_errors(kvc_kit_cuda_run, 128, 12); /* the slice kernels' row-table path */
+        test_device_errors(kvc_kit_cuda_run, 8, 8);
     }
 #endif
 #ifdef KVC_KIT_WITH_OPENCL
     if (g_backend == KVC_BACKEND_OPENCL) {
-        test_device_errors(kvc_kit_opencl_run, 128);
-        test_device_errors(kvc_kit_opencl_run, 8);
+        test_device_errors(kvc_kit_opencl_run, 128, 8);
+        test_device_errors(kvc_kit_opencl_run, 128, 12); /* the slice kernels' row-table path */
+        test_device_errors(kvc_kit_opencl_run, 8, 8);
     }
 #endif
     test_invariance();
