@@ -23,6 +23,9 @@
  * floats (m, d, n).  Each group leaves two ints in `tickets`: a bad-block
  * flag and the block (the first bad row of its window order).
  *
+ * Nothing in the slice kernels writes the status word, so group 0 zeroes
+ * it (the host enqueues no fill before them: a command fewer per call).
+ *
  * kvc_slice_finish, enqueued after it: one 256-item group per output runs
  * the output's checks (errors and padding are counted here, not in the
  * slice groups), reads the groups' bad-block words, merges the 2 or 4
@@ -160,13 +163,22 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
     }
 }
 
+/* The call's status word: zero (group 0; nothing reads or writes it before
+ * kvc_slice_finish, enqueued after the slice kernel). */
+static inline void zero_status(__global kvc_cl_status *st) {
+    if (get_group_id(0) == 0 && get_local_id(0) < sizeof(kvc_cl_status) / sizeof(int))
+        ((__global int *)st)[get_local_id(0)] = 0;
+}
+
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_slice(KVC_CL_KERNEL_ARGS) {
     __local kvc_slice_local L;
+    zero_status(st);
     slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0);
 }
 
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_slice_dense(KVC_CL_KERNEL_ARGS) {
     __local kvc_slice_local L;
+    zero_status(st);
     slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 1024);
 }
 

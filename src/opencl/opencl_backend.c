@@ -295,6 +295,13 @@ static kvc_status enqueue(cl_command_queue q, cl_kernel k, const kvc_shape *sh, 
     return err == CL_SUCCESS ? KVC_OK : cl_fail(err, "clEnqueueNDRangeKernel");
 }
 
+/* Zero the call's status word with a fill (in queue order). */
+static kvc_status zero_status(cl_command_queue q, cl_mem status) {
+    const cl_int zero = 0;
+    const cl_int err = clEnqueueFillBuffer(q, status, &zero, sizeof zero, 0, sizeof(kvc_cl_status), 0, NULL, NULL);
+    return err == CL_SUCCESS ? KVC_OK : cl_fail(err, "clEnqueueFillBuffer(status)");
+}
+
 static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
     cl_command_queue q = (cl_command_queue)e->stream;
     if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: the OpenCL backend needs a cl_command_queue");
@@ -308,14 +315,16 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
     cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ent->status;
     cl_int err;
     const cl_int zero = 0;
-    if ((err = clEnqueueFillBuffer(q, status, &zero, sizeof zero, 0, sizeof(kvc_cl_status), 0, NULL, NULL)) !=
-        CL_SUCCESS)
-        return cl_fail(err, "clEnqueueFillBuffer(status)");
-    if (a->num_outputs == 0) return KVC_OK;
+    /* the status word is zeroed by a fill, or by the slice kernels
+     * themselves (kvc_slice.cl: a command fewer per call); every return
+     * before the kernels fills it */
+    if (a->num_outputs == 0) return zero_status(q, status);
     /* every counter of kvc_cl_status counts outputs, each at most once */
-    if (a->num_outputs > 0x7FFFFFFFLL)
+    if (a->num_outputs > 0x7FFFFFFFLL) {
+        zero_status(q, status);
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs = %lld: the OpenCL backend's status counters are 32-bit "
                         "(at most 2147483647 outputs per call)", (long long)a->num_outputs);
+    }
 
     /* the CUDA backend's chunk policy: about one wave of work-groups,
      * chunks of >= 4 segments (<= 128), <= 8 chunks per output where the
@@ -361,7 +370,11 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
     if (st == KVC_OK) st = grow(ent->ctx, &ent->tickets, &ent->tickets_bytes, tickets_bytes, "ticket");
     cl_mem states = ent->states, tickets = ent->tickets;
     pthread_mutex_unlock(&g_lock);
-    if (st != KVC_OK) return st;
+    if (st != KVC_OK) {
+        zero_status(q, status);
+        return st;
+    }
+    if (!slice && (st = zero_status(q, status)) != KVC_OK) return st;
     if (shared_states &&
         (err = clEnqueueFillBuffer(q, tickets, &zero, sizeof zero, 0, (size_t)a->num_outputs * 4, 0, NULL, NULL)) !=
             CL_SUCCESS)
