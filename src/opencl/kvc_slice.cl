@@ -26,14 +26,22 @@
  * Nothing in the slice kernels writes the status word, so group 0 zeroes
  * it (the host enqueues no fill before them: a command fewer per call).
  *
- * kvc_slice_finish, enqueued after it: one 256-item group per output runs
- * the output's checks (errors and padding are counted here, not in the
- * slice groups), reads the groups' bad-block words, merges the 2 or 4
+ * kvc_slice_finish, enqueued after it: one 256-item group per output reads
+ * the output's check record (left by its first slice group; errors and
+ * padding are counted here), the groups' bad-block words, merges the 2 or 4
  * chunk states in tree order (or reads c), and finalises the slot
  * (finish_output).
  */
 
 #define KVC_CL_SLICE_REC 512 /* floats of an output's c record (one chunk) */
+
+/* Output o's check record, after the c records or chunk states: the result
+ * of kvc_check_output_s (check, value, slot, pc), written by the output's
+ * first slice group for the finisher. */
+static inline __global long *check_record(const kvc_shape *sh, const kvc_plan *pl, __global float *out, long o) {
+    const long per = pl->nchunk == 1 ? KVC_CL_SLICE_REC : pl->nchunk * 1536;
+    return (__global long *)(out + sh->num_outputs * per) + 4 * o;
+}
 
 /* The slice groups' local memory, declared by the kernels (OpenCL 1.2: only
  * a kernel may declare it). */
@@ -58,6 +66,15 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
     const int q = (int)get_local_id(0), w = q >> 5, l = q & 31, dq = 32 * sl + l;
     /* what the loads need (the finisher runs every check and reports) */
     const long b = bidx[o];
+    if (j == 0 && sl == 0 && q == 0) { /* the output's checks, for the finisher (its first loads) */
+        kvc_out_info inf;
+        const int chk = kvc_check_output_s(sh, bidx, slots, t2r, positions, table, o, &inf, 0);
+        __global long *cr = check_record(sh, pl, out, o);
+        cr[0] = chk;
+        cr[1] = inf.value;
+        cr[2] = inf.slot;
+        cr[3] = inf.pc;
+    }
     if (b < 0 || b >= sh->num_tokens) return;
     const long r = t2r[b], p = positions[b], slot = slots[b];
     const long C = sh->compress_ratio, bs = sh->block_size;
@@ -198,12 +215,22 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_slice_f
     __local int flags[8];
     const long o = get_group_id(0), nch = pl.nchunk;
     const int q = (int)get_local_id(0);
-    kvc_out_info inf;
     /* fin (the same for all work-items): 1 finalise, 2 invalid (a slice
-     * group met a bad physical block), 0 invalid or padding (counted by
-     * output_of).  No early return: every work-item reaches
+     * group met a bad physical block), 0 invalid or padding (counted here
+     * from the check record).  No early return: every work-item reaches
      * finish_output's barriers (PoCL 3.1 miscounted with one). */
-    int fin = output_of(&sh, bidx, slots, t2r, positions, table, st, o, q == 0, &inf);
+    __global const long *cr = check_record(&sh, &pl, chunk_states, o);
+    const long chk = cr[0];
+    kvc_out_info inf;
+    inf.slot = cr[2];
+    inf.pc = cr[3];
+    int fin = chk == KVC_CHECK_NONE && inf.slot >= 0;
+    if (q == 0 && chk != KVC_CHECK_NONE) {
+        record_error(st, (int)chk, o, cr[1]);
+        atomic_inc(&st->invalid);
+    } else if (q == 0 && inf.slot < 0) {
+        atomic_inc(&st->padding);
+    }
     float w0 = 0.0f, w1 = 0.0f, cj = 0.0f, sj = 0.0f;
     if (fin) {
         fin_inputs(weight, cos_sin + inf.pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, &w0, &w1, &cj, &sj);

@@ -358,9 +358,10 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
      * (tests/test_opencl_paths.c reaches both under Oclgrind) */
     const int wide = !slice && !pl.small_k && pl.full && ent->wide && !kvc_test_hook("KVC_OPENCL_NO_WIDE");
     const int shared_states = !slice && pl.nchunk > 1;
-    /* workspace: chunk states (slice kernels: c records or chunk states),
+    /* workspace: chunk states (slice kernels: c records or chunk states,
+     * then a check record per output),
      * tickets (slice kernels: two bad-block words per group) */
-    const size_t states_bytes = slice ? (size_t)a->num_outputs * (size_t)(pl.nchunk == 1 ? 512 : pl.nchunk * 1536) * 4
+    const size_t states_bytes = slice ? (size_t)a->num_outputs * ((size_t)(pl.nchunk == 1 ? 512 : pl.nchunk * 1536) * 4 + 32)
                                 : shared_states ? (size_t)a->num_outputs * (size_t)pl.nchunk * 1536 * sizeof(float)
                                                 : 16;
     const size_t tickets_bytes = slice ? (size_t)pl.groups * 8 : (size_t)a->num_outputs * 4;
