@@ -1,6 +1,7 @@
 /*
- * kvc_cl_shared.h -- the struct the OpenCL host (opencl_backend.c) and its
- * kernels (kvc_kernel.cl) share besides kvc_shape and kvc_plan (kvc_check.h):
+ * kvc_cl_shared.h -- what the OpenCL host (opencl_backend.c) and its
+ * kernels (kvc_kernel.cl, kvc_slice.cl) share besides kvc_shape and kvc_plan
+ * (kvc_check.h):
  * one definition, included by the host and
  * embedded with the kernel source (embed.cmake).  kvc_i64 is int64_t in C and
  * long in OpenCL C (kvc_canon.h): the layouts agree.
@@ -20,5 +21,12 @@ typedef struct {
     kvc_i64 output, value;
     int written, padding, nonfinite, invalid;
 } kvc_cl_status;
+
+/* The slice kernels' workspace (kvc_slice.cl), in floats per output: the c
+ * record of C = 128 (c[512], the 8 slices' RMS sums) or a chunk state
+ * [3][512] per 16-segment chunk; then 8 floats (4 longs) of check record. */
+#define KVC_CL_SLICE_REC 520
+#define KVC_CL_CHUNK_STATE 1536
+#define KVC_CL_CHECK_REC 8
 
 #endif

@@ -19,28 +19,27 @@
  * registers, the 8 lane groups' states in tree order through local memory;
  * lane group 0 stores the chunk's result and the group exits: no group
  * waits for another.  One chunk (C = 128): c = n / d of the slice's 64 dims
- * (the output's c record, 512 floats); else the chunk's state [3][512]
- * floats (m, d, n).  Each group leaves two ints in `tickets`: a bad-block
+ * and their subtree of the RMS sum (the output's c record: c[512], then the
+ * 8 slices' sums); else the chunk's state [3][512] floats (m, d, n).  Each group leaves two ints in `tickets`: a bad-block
  * flag and the block (the first bad row of its window order).
  *
  * Nothing in the slice kernels writes the status word, so group 0 zeroes
  * it (the host enqueues no fill before them: a command fewer per call).
  *
- * kvc_slice_finish, enqueued after it: one 256-item group per output reads
- * the output's check record (left by its first slice group; errors and
- * padding are counted here), the groups' bad-block words, merges the 2 or 4
- * chunk states in tree order (or reads c), and finalises the slot
- * (finish_output).
+ * The finisher, enqueued after it, reads the output's check record (left by
+ * its first slice group; errors and padding are counted there) and the
+ * groups' bad-block words: kvc_slice_finish1 (C = 128, 128 work-items of 4
+ * dims) adds the 8 slices' sums in tree order and finalises (fin128_*);
+ * kvc_slice_finish (C = 256 / 512, 256 work-items of 2 dims) merges the 2 or
+ * 4 chunk states in tree order and finalises (finish_output).
  */
-
-#define KVC_CL_SLICE_REC 512 /* floats of an output's c record (one chunk) */
 
 /* Output o's check record, after the c records or chunk states: the result
  * of kvc_check_output_s (check, value, slot, pc), written by the output's
  * first slice group for the finisher. */
 static inline __global long *check_record(const kvc_shape *sh, const kvc_plan *pl, __global float *out, long o) {
-    const long per = pl->nchunk == 1 ? KVC_CL_SLICE_REC : pl->nchunk * 1536;
-    return (__global long *)(out + sh->num_outputs * per) + 4 * o;
+    const long per = pl->nchunk == 1 ? KVC_CL_SLICE_REC : pl->nchunk * KVC_CL_CHUNK_STATE;
+    return (__global long *)(out + sh->num_outputs * per + KVC_CL_CHECK_REC * o);
 }
 
 /* The slice groups' local memory, declared by the kernels (OpenCL 1.2: only
@@ -156,11 +155,21 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (w == 0 && nch == 1) {
-        __global float2 *rec = (__global float2 *)(out + o * KVC_CL_SLICE_REC);
-        rec[dq] = (float2)(KVC_DIV(st.n[0], st.d[0]), KVC_DIV(st.n[1], st.d[1]));
+    if (nch == 1) { /* c of the slice and its subtree of the RMS sum (the canonical
+                     * pairwise tree over 512 dims has a 64-dim slice as one subtree) */
+        __global float *rec = out + o * KVC_CL_SLICE_REC;
+        __local float *t = &L->xs[0][0][0], *u = &L->xs[1][0][0];
+        if (w == 0) {
+            const float c0 = KVC_DIV(st.n[0], st.d[0]), c1 = KVC_DIV(st.n[1], st.d[1]);
+            ((__global float2 *)rec)[dq] = (float2)(c0, c1);
+            t[l] = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (q < 4) u[q] = tree8_local(t + 8 * q);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (q == 0) rec[512 + sl] = KVC_ADD(KVC_ADD(u[0], u[1]), KVC_ADD(u[2], u[3]));
     } else if (w == 0) {
-        __global float *cs = out + (o * nch + j) * 1536;
+        __global float *cs = out + (o * nch + j) * KVC_CL_CHUNK_STATE;
         for (int k = 0; k < 2; k++) {
             cs[2 * dq + k] = st.m[k];
             cs[512 + 2 * dq + k] = st.d[k];
@@ -247,16 +256,12 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_slice_f
             if (q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, bw[2 * fb + 1]);
         }
     }
-    if (fin == 1 && nch == 1) {
-        const float2 cv = ((__global const float2 *)(chunk_states + o * KVC_CL_SLICE_REC))[q];
-        c[2 * q] = cv.x;
-        c[2 * q + 1] = cv.y;
-    } else if (fin == 1) { /* 2 or 4 chunks of 16 segments: complete subtrees, merged pairwise */
-        __global const float *cs = chunk_states + o * nch * 1536;
-        st2 x0 = chunk_state(cs, q), x1 = chunk_state(cs + 1536, q);
+    if (fin == 1) { /* 2 or 4 chunks of 16 segments: complete subtrees, merged pairwise */
+        __global const float *cs = chunk_states + o * nch * KVC_CL_CHUNK_STATE;
+        st2 x0 = chunk_state(cs, q), x1 = chunk_state(cs + KVC_CL_CHUNK_STATE, q);
         st_merge(&x0, &x1);
         if (nch == 4) {
-            st2 x2 = chunk_state(cs + 2 * 1536, q), x3 = chunk_state(cs + 3 * 1536, q);
+            st2 x2 = chunk_state(cs + 2 * KVC_CL_CHUNK_STATE, q), x3 = chunk_state(cs + 3 * KVC_CL_CHUNK_STATE, q);
             st_merge(&x2, &x3);
             st_merge(&x0, &x2);
         }
@@ -264,4 +269,118 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_slice_f
     }
     const float fi[4] = {w0, w1, cj, sj};
     finish_output(fin, c, t, u, flags, &sh, &inf, fi, kv, st, q, 0);
+}
+
+/*
+ * The finaliser on 128 work-items (kvc_slice_finish1): work-item q holds
+ * dims 4q .. 4q + 3 -- a quarter of NOPE group q / 16 for q < 112, RoPE
+ * pairs 2 (q - 112) and + 1 above -- and the output's RMS sum ss (the
+ * canonical tree, summed by the caller).
+ * fin128_inputs: its RMSNorm weights and cos/sin.  fin128_prepare: y, the
+ * bf16 values (NOPE) or rotated bits (RoPE) into z / h, and the flags in
+ * local memory fl[0..7] (zeroed by the caller before a barrier): fl[0] a
+ * non-finite value anywhere, fl[1 + g] group g's amax bits (local atomics,
+ * as finalize_group).  After a barrier, fin128_store writes the slot.
+ */
+static inline void fin128_inputs(__global const ushort *weight, __global const float *cs, int interleaved, int q,
+                                 float w[4], float csv[4]) {
+    for (int k = 0; k < 4; k++) {
+        w[k] = kvc_bf16_to_f32(weight[4 * q + k]);
+        csv[k] = 0.0f;
+    }
+    if (q >= 112)
+        for (int k = 0; k < 2; k++) kvc_cos_sin(cs, interleaved, 2 * (q - 112) + k, &csv[2 * k], &csv[2 * k + 1]);
+}
+static inline void fin128_prepare(const float c[4], float ss, const float w[4], const float csv[4], float eps, int q,
+                                  float z[4], ushort h[4], __local int *fl) {
+    const float rr = kvc_rms_scale(ss, eps);
+    int bad = 0;
+    float y[4], amax = 0.0f;
+    for (int k = 0; k < 4; k++) {
+        y[k] = kvc_rms_apply(c[k], rr, w[k]);
+        bad |= kvc_nonfinite(c[k]) | kvc_nonfinite(y[k]);
+        z[k] = 0.0f;
+        h[k] = 0;
+    }
+    if (q < 112) {
+        for (int k = 0; k < 4; k++) {
+            bad |= kvc_nope_bf16(y[k], &z[k]);
+            amax = kvc_max(amax, z[k] < 0.0f ? -z[k] : z[k]);
+        }
+        atomic_max(&fl[1 + q / 16], (int)as_uint(amax));
+    } else {
+        for (int k = 0; k < 2; k++)
+            bad |= kvc_rope_bf16(y[2 * k], y[2 * k + 1], csv[2 * k], csv[2 * k + 1], &h[2 * k], &h[2 * k + 1]);
+    }
+    if (bad) fl[0] = 1;
+}
+/* @return 1 if the slot was written non-finite */
+static inline int fin128_store(const float z[4], const ushort h[4], __local const int *fl, int fp8,
+                               __global uchar *payload, __global uchar *scales, int q) {
+    const int bad = fl[0];
+    if (q < 112) {
+        const int e = kvc_group_exponent(as_float((uint)fl[1 + q / 16]), fp8);
+        for (int k = 0; k < 4; k++) payload[4 * q + k] = bad ? 0 : kvc_nope_code(z[k], e, fp8);
+        if (q % 16 == 0) scales[q / 16] = kvc_scale_byte(e, bad);
+    } else {
+        __global uchar *rp = payload + 448 + 8 * (q - 112);
+        for (int k = 0; k < 4; k++) {
+            const ushort hk = bad ? KVC_BF16_QNAN : h[k];
+            rp[2 * k] = (uchar)(hk & 0xFF);
+            rp[2 * k + 1] = (uchar)(hk >> 8);
+        }
+    }
+    if (q == 0) scales[7] = 0;
+    return bad;
+}
+
+/* The finisher of C = 128 (one chunk): a 128-item group per output,
+ * work-item q the dims 4q .. 4q + 3 of the c record (NOPE group q / 16, or
+ * RoPE pairs 2 (q - 112) and + 1), the RMS sum from the 8 slices' sums in
+ * tree order: two barriers (the groups' amax and the bad flags). */
+__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void kvc_slice_finish1(KVC_CL_KERNEL_ARGS) {
+    __local int flags[9]; /* [0] any non-finite, [1..7] NOPE groups' amax bits, [8] first bad slice group */
+    const long o = get_group_id(0);
+    const int q = (int)get_local_id(0);
+    __global const long *cr = check_record(&sh, &pl, chunk_states, o);
+    const long chk = cr[0], slot = cr[2], pc = cr[3];
+    const int fin = chk == KVC_CHECK_NONE && slot >= 0; /* (the same for all work-items) */
+    if (q == 0 && chk != KVC_CHECK_NONE) {
+        record_error(st, (int)chk, o, cr[1]);
+        atomic_inc(&st->invalid);
+    } else if (q == 0 && slot < 0) {
+        atomic_inc(&st->padding);
+    }
+    if (q < 8) flags[q] = 0;
+    if (q == 8) flags[8] = 8;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* no return before the last barrier (PoCL 3.1 lost work-items at one) */
+    __global const float *rec = chunk_states + o * KVC_CL_SLICE_REC;
+    float z[4];
+    ushort h[4];
+    if (fin) {
+        const float4 c4 = vload4(q, rec), sa = vload4(128, rec), sb = vload4(129, rec);
+        float w[4], csv[4];
+        fin128_inputs(weight, cos_sin + pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, w, csv);
+        if (q < 8 && tickets[2 * (8 * o + q)]) atomic_min(&flags[8], q); /* slice group q met a bad block */
+        const float ss = KVC_ADD(KVC_ADD(KVC_ADD(sa.x, sa.y), KVC_ADD(sa.z, sa.w)),
+                                 KVC_ADD(KVC_ADD(sb.x, sb.y), KVC_ADD(sb.z, sb.w)));
+        const float c[4] = {c4.x, c4.y, c4.z, c4.w};
+        fin128_prepare(c, ss, w, csv, sh.rms_norm_eps, q, z, h, flags);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!fin) return; /* invalid or padding: counted above */
+    const int fb = flags[8];
+    if (fb < 8) { /* a slice group met a bad physical block: the output is invalid */
+        if (q == 0) {
+            record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, tickets[2 * (8 * o + fb) + 1]);
+            atomic_inc(&st->invalid);
+        }
+        return;
+    }
+    long po, so;
+    kvc_slot_offsets_s(slot, sh.kv_block_size, sh.page_stride, &po, &so);
+    const int bad = fin128_store(z, h, flags, sh.nope_format == 1, kv + po, kv + so, q);
+    if (q == 0) atomic_inc(&st->written);
+    if (q == 0 && bad) atomic_inc(&st->nonfinite);
 }
