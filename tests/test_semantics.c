@@ -326,15 +326,16 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
 #if defined(KVC_KIT_WITH_CUDA) || defined(KVC_KIT_WITH_OPENCL)
 /* GPU: an output with a bad index value is skipped, the first error lands in
  * the device status word, every other output is written as on the CPU.
- * C = 128 runs the chunked kernel, C = 8 the one-segment-window kernel
- * (several outputs per thread block / work-group). */
+ * C = 128 / 256 run the slice kernels (one chunk per window, or two: chunk
+ * states), C = 8 the one-segment-window kernel (several outputs per thread
+ * block / work-group). */
 static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_report *, kvc_device_status *),
                                int64_t C, int64_t bs) {
     kvc_case c;
     if (!gen(&c, 2, 2 * 1024, C, bs, 1, 31)) return;
     TU_CHECK(kvc_compress(&c.args, NULL, NULL) == KVC_OK, "CPU run");
     uint8_t *cpu = rows_of(&c.args);
-    const int64_t bad_o = 11; /* request 1, its 4th window */
+    const int64_t bad_o = C >= 256 ? 7 : 11; /* request 1, its 4th window */
     int64_t b = c.boundary_token_indices[bad_o];
     struct { const char *what; int check; int64_t value; } cases[4] = {
         {"physical block", 5 /* KVC_CHECK_PHYSICAL_BLOCK */, 999},
@@ -404,6 +405,7 @@ int main(int argc, char **argv) {
     if (g_backend == KVC_BACKEND_CUDA) {
         test_device_errors(kvc_kit_cuda_run, 128, 8);
         test_device_errors(kvc_kit_cuda_run, 128, 12); /* the slice kernels' row-table path */
+        test_device_errors(kvc_kit_cuda_run, 256, 8); /* two chunks: the chunk states */
         test_device_errors(kvc_kit_cuda_run, 8, 8);
     }
 #endif
@@ -411,6 +413,7 @@ int main(int argc, char **argv) {
     if (g_backend == KVC_BACKEND_OPENCL) {
         test_device_errors(kvc_kit_opencl_run, 128, 8);
         test_device_errors(kvc_kit_opencl_run, 128, 12); /* the slice kernels' row-table path */
+        test_device_errors(kvc_kit_opencl_run, 256, 8); /* two chunks: the chunk states */
         test_device_errors(kvc_kit_opencl_run, 8, 8);
     }
 #endif

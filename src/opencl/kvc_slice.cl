@@ -2,8 +2,8 @@
  * kvc_slice.cl -- the slice kernels (the CUDA backend's design,
  * cuda_slice.cuh, in OpenCL C 1.2 without extensions): windows of 16, 32 or
  * 64 full segments without overlap (C = 128, 256, 512), rows 8-byte aligned.
- * Embedded after kvc_kernel.cl, whose seg_reduce, st_merge, fin_inputs,
- * finish_output, output_of and record_error it uses.
+ * Embedded after kvc_kernel.cl, whose seg_reduce, seg_load, st_merge,
+ * tree8_local and record_error it uses.
  *
  * kvc_slice / kvc_slice_dense: a work-group of 256 work-items reduces one
  * (output, 16-segment chunk, 64-dim slice).  Work-items 32w .. 32w + 31 (a
@@ -26,12 +26,13 @@
  * Nothing in the slice kernels writes the status word, so group 0 zeroes
  * it (the host enqueues no fill before them: a command fewer per call).
  *
- * The finisher, enqueued after it, reads the output's check record (left by
- * its first slice group; errors and padding are counted there) and the
- * groups' bad-block words: kvc_slice_finish1 (C = 128, 128 work-items of 4
- * dims) adds the 8 slices' sums in tree order and finalises (fin128_*);
- * kvc_slice_finish (C = 256 / 512, 256 work-items of 2 dims) merges the 2 or
- * 4 chunk states in tree order and finalises (finish_output).
+ * The finisher (kvc_slice_finish, one 128-item group per output, work-item
+ * q the dims 4q .. 4q + 3), enqueued after it, reads the output's check
+ * record (left by its first slice group; errors and padding are counted
+ * there) and the groups' bad-block words, gets c and the RMS sum (C = 128:
+ * the c record and the 8 slices' sums in tree order; C = 256 / 512: the 2
+ * or 4 chunk states merged in tree order, the sum by the canonical tree)
+ * and finalises the slot (fin128_*).
  */
 
 /* Output o's check record, after the c records or chunk states: the result
@@ -219,60 +220,9 @@ static inline st2 chunk_state(__global const float *cs, int q) {
     return x;
 }
 
-__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_slice_finish(KVC_CL_KERNEL_ARGS) {
-    __local float c[512], t[256], u[256];
-    __local int flags[8];
-    const long o = get_group_id(0), nch = pl.nchunk;
-    const int q = (int)get_local_id(0);
-    /* fin (the same for all work-items): 1 finalise, 2 invalid (a slice
-     * group met a bad physical block), 0 invalid or padding (counted here
-     * from the check record).  No early return: every work-item reaches
-     * finish_output's barriers (PoCL 3.1 miscounted with one). */
-    __global const long *cr = check_record(&sh, &pl, chunk_states, o);
-    const long chk = cr[0];
-    kvc_out_info inf;
-    inf.slot = cr[2];
-    inf.pc = cr[3];
-    int fin = chk == KVC_CHECK_NONE && inf.slot >= 0;
-    if (q == 0 && chk != KVC_CHECK_NONE) {
-        record_error(st, (int)chk, o, cr[1]);
-        atomic_inc(&st->invalid);
-    } else if (q == 0 && inf.slot < 0) {
-        atomic_inc(&st->padding);
-    }
-    float w0 = 0.0f, w1 = 0.0f, cj = 0.0f, sj = 0.0f;
-    if (fin) {
-        fin_inputs(weight, cos_sin + inf.pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, &w0, &w1, &cj, &sj);
-        /* the first slice group (window order) that met a bad physical
-         * block: every work-item reads the <= 32 words itself (one address
-         * for all) */
-        const int ngroups = (int)(8 * nch);
-        __global volatile const int *bw = tickets + 2 * o * ngroups;
-        int fb = ngroups;
-        for (int k = ngroups - 1; k >= 0; k--)
-            if (bw[2 * k]) fb = k;
-        if (fb < ngroups) {
-            fin = 2;
-            if (q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, bw[2 * fb + 1]);
-        }
-    }
-    if (fin == 1) { /* 2 or 4 chunks of 16 segments: complete subtrees, merged pairwise */
-        __global const float *cs = chunk_states + o * nch * KVC_CL_CHUNK_STATE;
-        st2 x0 = chunk_state(cs, q), x1 = chunk_state(cs + KVC_CL_CHUNK_STATE, q);
-        st_merge(&x0, &x1);
-        if (nch == 4) {
-            st2 x2 = chunk_state(cs + 2 * KVC_CL_CHUNK_STATE, q), x3 = chunk_state(cs + 3 * KVC_CL_CHUNK_STATE, q);
-            st_merge(&x2, &x3);
-            st_merge(&x0, &x2);
-        }
-        for (int k = 0; k < 2; k++) c[2 * q + k] = KVC_DIV(x0.n[k], x0.d[k]);
-    }
-    const float fi[4] = {w0, w1, cj, sj};
-    finish_output(fin, c, t, u, flags, &sh, &inf, fi, kv, st, q, 0);
-}
 
 /*
- * The finaliser on 128 work-items (kvc_slice_finish1): work-item q holds
+ * The finaliser on 128 work-items (kvc_slice_finish): work-item q holds
  * dims 4q .. 4q + 3 -- a quarter of NOPE group q / 16 for q < 112, RoPE
  * pairs 2 (q - 112) and + 1 above -- and the output's RMS sum ss (the
  * canonical tree, summed by the caller).
@@ -334,13 +284,16 @@ static inline int fin128_store(const float z[4], const ushort h[4], __local cons
     return bad;
 }
 
-/* The finisher of C = 128 (one chunk): a 128-item group per output,
- * work-item q the dims 4q .. 4q + 3 of the c record (NOPE group q / 16, or
- * RoPE pairs 2 (q - 112) and + 1), the RMS sum from the 8 slices' sums in
- * tree order: two barriers (the groups' amax and the bad flags). */
-__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void kvc_slice_finish1(KVC_CL_KERNEL_ARGS) {
+/* The finisher: a 128-item group per output, work-item q the dims 4q ..
+ * 4q + 3 (NOPE group q / 16, or RoPE pairs 2 (q - 112) and + 1).  C = 128:
+ * c from the c record, the RMS sum from the 8 slices' sums in tree order;
+ * C = 256 / 512: the 2 or 4 chunk states merged in tree order, the RMS sum
+ * by the canonical tree through local memory (two barriers more). */
+__kernel __attribute__((reqd_work_group_size(128, 1, 1))) void kvc_slice_finish(KVC_CL_KERNEL_ARGS) {
     __local int flags[9]; /* [0] any non-finite, [1..7] NOPE groups' amax bits, [8] first bad slice group */
-    const long o = get_group_id(0);
+    __local float t[128], u[16]; /* C = 256 / 512: the RMS tree's levels 2 and 5 */
+    const long o = get_group_id(0), nch = pl.nchunk;
+    const int ngroups = (int)(8 * nch);
     const int q = (int)get_local_id(0);
     __global const long *cr = check_record(&sh, &pl, chunk_states, o);
     const long chk = cr[0], slot = cr[2], pc = cr[3];
@@ -352,28 +305,53 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void kvc_slice_finish1
         atomic_inc(&st->padding);
     }
     if (q < 8) flags[q] = 0;
-    if (q == 8) flags[8] = 8;
+    if (q == 8) flags[8] = ngroups;
     barrier(CLK_LOCAL_MEM_FENCE);
     /* no return before the last barrier (PoCL 3.1 lost work-items at one) */
-    __global const float *rec = chunk_states + o * KVC_CL_SLICE_REC;
-    float z[4];
+    float z[4], c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f, w[4], csv[4];
     ushort h[4];
     if (fin) {
-        const float4 c4 = vload4(q, rec), sa = vload4(128, rec), sb = vload4(129, rec);
-        float w[4], csv[4];
         fin128_inputs(weight, cos_sin + pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, w, csv);
-        if (q < 8 && tickets[2 * (8 * o + q)]) atomic_min(&flags[8], q); /* slice group q met a bad block */
-        const float ss = KVC_ADD(KVC_ADD(KVC_ADD(sa.x, sa.y), KVC_ADD(sa.z, sa.w)),
-                                 KVC_ADD(KVC_ADD(sb.x, sb.y), KVC_ADD(sb.z, sb.w)));
-        const float c[4] = {c4.x, c4.y, c4.z, c4.w};
-        fin128_prepare(c, ss, w, csv, sh.rms_norm_eps, q, z, h, flags);
+        if (q < ngroups && tickets[2 * (ngroups * o + q)]) atomic_min(&flags[8], q); /* group q met a bad block */
     }
+    if (nch == 1) { /* (the same branch for the whole group: its barriers below) */
+        __global const float *rec = chunk_states + o * KVC_CL_SLICE_REC;
+        if (fin) {
+            const float4 c4 = vload4(q, rec), sa = vload4(128, rec), sb = vload4(129, rec);
+            c[0] = c4.x, c[1] = c4.y, c[2] = c4.z, c[3] = c4.w;
+            ss = KVC_ADD(KVC_ADD(KVC_ADD(sa.x, sa.y), KVC_ADD(sa.z, sa.w)),
+                         KVC_ADD(KVC_ADD(sb.x, sb.y), KVC_ADD(sb.z, sb.w)));
+        }
+    } else {
+        if (fin) { /* 2 or 4 chunks of 16 segments: complete subtrees, merged pairwise */
+            __global const float *cs = chunk_states + o * nch * KVC_CL_CHUNK_STATE;
+            for (int hf = 0; hf < 2; hf++) { /* dims 4q + 2 hf, + 1 */
+                st2 x0 = chunk_state(cs, 2 * q + hf), x1 = chunk_state(cs + KVC_CL_CHUNK_STATE, 2 * q + hf);
+                st_merge(&x0, &x1);
+                if (nch == 4) {
+                    st2 x2 = chunk_state(cs + 2 * KVC_CL_CHUNK_STATE, 2 * q + hf);
+                    const st2 x3 = chunk_state(cs + 3 * KVC_CL_CHUNK_STATE, 2 * q + hf);
+                    st_merge(&x2, &x3);
+                    st_merge(&x0, &x2);
+                }
+                for (int k = 0; k < 2; k++) c[2 * hf + k] = KVC_DIV(x0.n[k], x0.d[k]);
+            }
+        }
+        /* the RMS tree: levels 1-2 in registers, 3-5 by 16 work-items, the rest by all */
+        t[q] = KVC_ADD(KVC_ADD(KVC_MUL(c[0], c[0]), KVC_MUL(c[1], c[1])),
+                       KVC_ADD(KVC_MUL(c[2], c[2]), KVC_MUL(c[3], c[3])));
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (q < 16) u[q] = tree8_local(t + 8 * q);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        ss = KVC_ADD(tree8_local(u), tree8_local(u + 8));
+    }
+    if (fin) fin128_prepare(c, ss, w, csv, sh.rms_norm_eps, q, z, h, flags);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (!fin) return; /* invalid or padding: counted above */
     const int fb = flags[8];
-    if (fb < 8) { /* a slice group met a bad physical block: the output is invalid */
+    if (fb < ngroups) { /* a slice group met a bad physical block: the output is invalid */
         if (q == 0) {
-            record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, tickets[2 * (8 * o + fb) + 1]);
+            record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, tickets[2 * (ngroups * o + fb) + 1]);
             atomic_inc(&st->invalid);
         }
         return;

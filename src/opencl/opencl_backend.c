@@ -37,7 +37,7 @@ typedef struct {
     cl_kernel wide;    /* 1 dim per work-item, 512 per group, one group  */
                        /* per chunk (GPU devices only, else NULL)        */
     cl_kernel slice[2]; /* C = 128 / 256 / 512 (kvc_slice.cl): any stride, 1024 */
-    cl_kernel finish[2]; /* after slice[]: one group per output (C = 256 / 512, C = 128) */
+    cl_kernel finish;   /* after slice[]: one group per output            */
     cl_uint units;     /* compute units                                  */
     cl_mem status;     /* library-owned status word                     */
     cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
@@ -223,9 +223,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     cl_kernel slice0 = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice", &err) : NULL;
     cl_kernel slice1 = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice_dense", &err) : NULL;
     cl_kernel finish = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice_finish", &err) : NULL;
-    cl_kernel finish1 = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice_finish1", &err) : NULL;
     if (err != CL_SUCCESS) {
-        if (finish) clReleaseKernel(finish);
         if (slice1) clReleaseKernel(slice1);
         if (slice0) clReleaseKernel(slice0);
         if (wide) clReleaseKernel(wide);
@@ -239,14 +237,13 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     cl_uint units = 0;
     if (clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS || units == 0)
         units = 1;
-    cl_entry e = {ctx, dev, prog, kern, small, wide, {slice0, slice1}, {finish, finish1}, units, status, NULL, 0, NULL, 0};
+    cl_entry e = {ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish, units, status, NULL, 0, NULL, 0};
     if (g_ncache < KVC_CL_CACHE) {
         clRetainContext(ctx);
         g_cache[g_ncache] = e;
         *out = &g_cache[g_ncache++];
     } else {
         st = kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "more than %d OpenCL contexts in use", KVC_CL_CACHE);
-        clReleaseKernel(finish1);
         clReleaseKernel(finish);
         clReleaseKernel(slice1);
         clReleaseKernel(slice0);
@@ -394,9 +391,7 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
                        (cl_mem)(void *)a->kv_cache, status, states, tickets};
     if (slice) {
         st = enqueue(q, ent->slice[a->state_stride_token == 1024], &sh, &pl, bufs, pl.groups, 256);
-        return st == KVC_OK ? enqueue(q, ent->finish[pl.nchunk == 1], &sh, &pl, bufs, a->num_outputs,
-                                      pl.nchunk == 1 ? 128 : 256)
-                            : st;
+        return st == KVC_OK ? enqueue(q, ent->finish, &sh, &pl, bufs, a->num_outputs, 128) : st;
     }
     cl_kernel k = pl.small_k ? ent->small : wide ? ent->wide : ent->kern;
     return enqueue(q, k, &sh, &pl, bufs, pl.groups, wide ? 512 : 256); /* KVC_CL_WG of kvc_kernel.cl */
