@@ -22,9 +22,10 @@ typedef struct {
     int written, padding, nonfinite, invalid;
 } kvc_cl_status;
 
-/* The slice kernels' workspace (kvc_slice.cl), in floats per output: the c
- * record of C = 128 (c[512], the 8 slices' RMS sums) or a chunk state
- * [3][512] per 16-segment chunk; then 8 floats (4 longs) of check record. */
+/* Workspace layouts, in floats: a chunk state [3][512] (m, d, n: the chunked
+ * kernels' and the slice kernels' of C = 256 / 512); the slice kernels' c
+ * record of C = 128 (c[512], the 8 slices' RMS sums); then, for every slice
+ * call, 8 floats (4 longs) of check record per output. */
 #define KVC_CL_SLICE_REC 520
 #define KVC_CL_CHUNK_STATE 1536
 #define KVC_CL_CHECK_REC 8

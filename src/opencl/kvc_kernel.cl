@@ -383,26 +383,31 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
         __global uchar *kv, __global kvc_cl_status *st, __global float *chunk_states,                          \
         __global volatile int *tickets
 
-/* Output o's index checks.  `first` (one caller per output: one work-item
- * of one of its groups, or the one-segment kernel's work-item for it)
- * records an error or the padding count.  @return 1 if the output is to be
- * computed (inf filled), 0 if it is invalid or padding. */
-static int output_of(const kvc_shape *sh, __global const long *bidx, __global const long *slots,
-                     __global const int *t2r, __global const long *positions, __global const int *table,
-                     __global kvc_cl_status *st, long o, int first, kvc_out_info *inf) {
-    const int chk = kvc_check_output_s(sh, bidx, slots, t2r, positions, table, o, inf, 0);
+/* Output o's check result (chk and the offending value from
+ * kvc_check_output_s, its slot): `first` (one caller per output: one
+ * work-item of one of its groups, or the one-segment kernel's work-item for
+ * it) records an error or the padding count.  @return 1 if the output is to
+ * be computed, 0 if it is invalid or padding. */
+static int report_check(__global kvc_cl_status *st, long o, int chk, long value, long slot, int first) {
     if (chk != KVC_CHECK_NONE) {
         if (first) {
-            record_error(st, chk, o, inf->value);
+            record_error(st, chk, o, value);
             atomic_inc(&st->invalid);
         }
         return 0;
     }
-    if (inf->slot < 0) {
+    if (slot < 0) {
         if (first) atomic_inc(&st->padding);
         return 0;
     }
     return 1;
+}
+/* Output o's index checks, reported as report_check says (inf filled). */
+static int output_of(const kvc_shape *sh, __global const long *bidx, __global const long *slots,
+                     __global const int *t2r, __global const long *positions, __global const int *table,
+                     __global kvc_cl_status *st, long o, int first, kvc_out_info *inf) {
+    const int chk = kvc_check_output_s(sh, bidx, slots, t2r, positions, table, o, inf, 0);
+    return report_check(st, o, chk, inf->value, inf->slot, first);
 }
 
 /* The chunk's rows [r0, r0 + 8 csize) (clipped to the window): offsets of the
@@ -435,7 +440,7 @@ static void fill_rows(const kvc_shape *sh, const kvc_plan *pl, const kvc_out_inf
  * then), so they are written with atomic_xchg (see publish below) and read
  * with atomic_or(p, 0): global atomics are coherent across work-groups. */
 static st2 merge_chunk_states(const kvc_plan *pl, __global float *chunk_states, long o, int q) {
-    __global volatile int *all = (__global volatile int *)(chunk_states + o * pl->nchunk * 1536);
+    __global volatile int *all = (__global volatile int *)(chunk_states + o * pl->nchunk * KVC_CL_CHUNK_STATE);
     st2 stack[KVC_CL_CHUNK_STACK];
     long sizes[KVC_CL_CHUNK_STACK];
     int top = -1;
@@ -444,9 +449,9 @@ static st2 merge_chunk_states(const kvc_plan *pl, __global float *chunk_states, 
         kvc_chunk_of(pl->nseg, pl->ch, k, &s0, &sz);
         top++;
         for (int u = 0; u < 2; u++) {
-            stack[top].m[u] = as_float(atomic_or(&all[k * 1536 + 2 * q + u], 0));
-            stack[top].d[u] = as_float(atomic_or(&all[k * 1536 + 512 + 2 * q + u], 0));
-            stack[top].n[u] = as_float(atomic_or(&all[k * 1536 + 1024 + 2 * q + u], 0));
+            stack[top].m[u] = as_float(atomic_or(&all[k * KVC_CL_CHUNK_STATE + 2 * q + u], 0));
+            stack[top].d[u] = as_float(atomic_or(&all[k * KVC_CL_CHUNK_STATE + 512 + 2 * q + u], 0));
+            stack[top].n[u] = as_float(atomic_or(&all[k * KVC_CL_CHUNK_STATE + 1024 + 2 * q + u], 0));
         }
         sizes[top] = sz;
         KVC_TREE_PUSH(sizes, top, CL_MERGE);
@@ -552,7 +557,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
          * returned values are consumed so that every write is performed
          * before the barrier and the ticket */
         if (!bad_rows) {
-            __global volatile int *mine = (__global volatile int *)(chunk_states + (o * pl.nchunk + j) * 1536);
+            __global volatile int *mine = (__global volatile int *)(chunk_states + (o * pl.nchunk + j) * KVC_CL_CHUNK_STATE);
             int sink = 0;
             for (int k = 0; k < 2; k++) {
                 sink ^= atomic_xchg(&mine[2 * q + k], as_int(res.m[k]));
@@ -709,7 +714,7 @@ __kernel __attribute__((reqd_work_group_size(2 * KVC_CL_WG, 1, 1))) void kvc_com
     } else {
         if (!bad_rows) {
             __global volatile int *mine =
-                (__global volatile int *)(chunk_states + (o * pl.nchunk + j) * 1536 + q);
+                (__global volatile int *)(chunk_states + (o * pl.nchunk + j) * KVC_CL_CHUNK_STATE + q);
             int sink = atomic_xchg(&mine[0], as_int(r1.m));
             sink ^= atomic_xchg(&mine[512], as_int(r1.d));
             sink ^= atomic_xchg(&mine[1024], as_int(r1.n));

@@ -3,7 +3,7 @@
  * cuda_slice.cuh, in OpenCL C 1.2 without extensions): windows of 16, 32 or
  * 64 full segments without overlap (C = 128, 256, 512), rows 8-byte aligned.
  * Embedded after kvc_kernel.cl, whose seg_reduce, seg_load, st_merge,
- * tree8_local and record_error it uses.
+ * tree8_local, report_check and record_error it uses.
  *
  * kvc_slice / kvc_slice_dense: a work-group of 256 work-items reduces one
  * (output, 16-segment chunk, 64-dim slice).  Work-items 32w .. 32w + 31 (a
@@ -20,8 +20,9 @@
  * lane group 0 stores the chunk's result and the group exits: no group
  * waits for another.  One chunk (C = 128): c = n / d of the slice's 64 dims
  * and their subtree of the RMS sum (the output's c record: c[512], then the
- * 8 slices' sums); else the chunk's state [3][512] floats (m, d, n).  Each group leaves two ints in `tickets`: a bad-block
- * flag and the block (the first bad row of its window order).
+ * 8 slices' sums); else the chunk's state [3][512] floats (m, d, n).  Each
+ * group leaves two ints in `tickets`: a bad-block flag and the block (the
+ * first bad row of its window order).
  *
  * Nothing in the slice kernels writes the status word, so group 0 zeroes
  * it (the host enqueues no fill before them: a command fewer per call).
@@ -297,13 +298,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void kvc_slice_finish(
     const int q = (int)get_local_id(0);
     __global const long *cr = check_record(&sh, &pl, chunk_states, o);
     const long chk = cr[0], slot = cr[2], pc = cr[3];
-    const int fin = chk == KVC_CHECK_NONE && slot >= 0; /* (the same for all work-items) */
-    if (q == 0 && chk != KVC_CHECK_NONE) {
-        record_error(st, (int)chk, o, cr[1]);
-        atomic_inc(&st->invalid);
-    } else if (q == 0 && slot < 0) {
-        atomic_inc(&st->padding);
-    }
+    const int fin = report_check(st, o, (int)chk, cr[1], slot, q == 0); /* (the same for all work-items) */
     if (q < 8) flags[q] = 0;
     if (q == 8) flags[8] = ngroups;
     barrier(CLK_LOCAL_MEM_FENCE);

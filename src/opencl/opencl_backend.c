@@ -364,7 +364,7 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
     const size_t states_bytes = slice ? (size_t)a->num_outputs *
                                             (size_t)((pl.nchunk == 1 ? KVC_CL_SLICE_REC : pl.nchunk * KVC_CL_CHUNK_STATE) +
                                                      KVC_CL_CHECK_REC) * 4
-                                : shared_states ? (size_t)a->num_outputs * (size_t)pl.nchunk * 1536 * sizeof(float)
+                                : shared_states ? (size_t)a->num_outputs * (size_t)pl.nchunk * KVC_CL_CHUNK_STATE * sizeof(float)
                                                 : 16;
     const size_t tickets_bytes = slice ? (size_t)pl.groups * 8 : (size_t)a->num_outputs * 4;
 
