@@ -118,8 +118,8 @@ __attribute__((noinline)) static void seg_reduce8(const float *const *restrict s
                                                   float *restrict om, float *restrict oden, float *restrict onum) {
     const float *restrict s0 = sr[0], *restrict s1 = sr[1], *restrict s2 = sr[2], *restrict s3 = sr[3];
     const float *restrict s4 = sr[4], *restrict s5 = sr[5], *restrict s6 = sr[6], *restrict s7 = sr[7];
-    const float *restrict v0 = vr[0], *restrict v1 = vr[1], *restrict v2 = vr[2], *restrict v3 = vr[3];
-    const float *restrict v4 = vr[4], *restrict v5 = vr[5], *restrict v6 = vr[6], *restrict v7 = vr[7];
+    const float *restrict val0 = vr[0], *restrict val1 = vr[1], *restrict val2 = vr[2], *restrict val3 = vr[3];
+    const float *restrict val4 = vr[4], *restrict val5 = vr[5], *restrict val6 = vr[6], *restrict val7 = vr[7];
     for (int b = 0; b < D; b += 16) {
         block_prefetch(sr, vr, pfs, pfv, b);
         for (int d = b; d < b + 16; d++) {
@@ -132,14 +132,14 @@ __attribute__((noinline)) static void seg_reduce8(const float *const *restrict s
             m = kvc_max(m, s6[d]);
             m = kvc_max(m, s7[d]);
             float den = 0.0f, num = 0.0f;
-            kvc_seg_step(m, s0[d], v0[d], &den, &num);
-            kvc_seg_step(m, s1[d], v1[d], &den, &num);
-            kvc_seg_step(m, s2[d], v2[d], &den, &num);
-            kvc_seg_step(m, s3[d], v3[d], &den, &num);
-            kvc_seg_step(m, s4[d], v4[d], &den, &num);
-            kvc_seg_step(m, s5[d], v5[d], &den, &num);
-            kvc_seg_step(m, s6[d], v6[d], &den, &num);
-            kvc_seg_step(m, s7[d], v7[d], &den, &num);
+            kvc_seg_step(m, s0[d], val0[d], &den, &num);
+            kvc_seg_step(m, s1[d], val1[d], &den, &num);
+            kvc_seg_step(m, s2[d], val2[d], &den, &num);
+            kvc_seg_step(m, s3[d], val3[d], &den, &num);
+            kvc_seg_step(m, s4[d], val4[d], &den, &num);
+            kvc_seg_step(m, s5[d], val5[d], &den, &num);
+            kvc_seg_step(m, s6[d], val6[d], &den, &num);
+            kvc_seg_step(m, s7[d], val7[d], &den, &num);
             kvc_seg_close(m, &den, &num);
             om[d] = m;
             oden[d] = den;
