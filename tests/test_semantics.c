@@ -238,7 +238,11 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
      * backends' scalar-load paths) */
     int64_t st_tok = W + ((variant & 16) ? 1 : (variant & 8) ? 2 : 16);
     int64_t st_blk = bs * st_tok + ((variant & 16) ? 5 : 48);
-    float *state = malloc(sizeof(float) * (size_t)(a.num_blocks * st_blk));
+    /* the buffer starts seed % 16 floats into a 64-byte line (with the
+     * default strides every row does: the CPU backend's line-split loop) */
+    const size_t lead = (size_t)(seed % 16);
+    float *state_buf = aligned_alloc(64, (sizeof(float) * (size_t)(a.num_blocks * st_blk + 16) + 63) & ~(size_t)63);
+    float *state = state_buf + lead;
     for (size_t i = 0; i < (size_t)(a.num_blocks * st_blk); i++) state[i] = NAN; /* gaps are poison */
     for (int64_t g = 0; g < a.num_blocks; g++)
         for (int64_t t = 0; t < bs; t++)
@@ -319,7 +323,7 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
     free(bidx);
     free(cs);
     free(table);
-    free(state);
+    free(state_buf);
     kvc_case_free(&c);
 }
 

@@ -183,32 +183,81 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 exp16(__m
     return _mm512_maskz_scalef_ps(keep, q, k);
 }
 
-/* seg_reduce8 in AVX-512F, the same prefetches. */
+/* The segment arithmetic of 16 dims in AVX-512F: sv, vv -- the 8 rows'
+ * scores and values of these dims; the segment's m, den, num out. */
+__attribute__((target("avx512f"), always_inline)) static inline void seg16(const __m512 *sv, const __m512 *vv,
+                                                                         __m512 *om, __m512 *oden,
+                                                                         __m512 *onum) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
+    __m512 m = sv[0];
+    for (int i = 1; i < KVC_SEG; i++) m = _mm512_max_ps(m, sv[i]);
+    if (_mm512_cmp_ps_mask(m, ninf, _CMP_EQ_OQ)) { /* kvc_max's NaN-propagating form */
+        m = sv[0];
+        for (int i = 1; i < KVC_SEG; i++)
+            m = _mm512_mask_mov_ps(_mm512_max_ps(m, sv[i]), _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q), m);
+    }
+    __m512 den = zero, num = zero;
+    for (int i = 0; i < KVC_SEG; i++) { /* kvc_seg_step, rows in order */
+        const __m512 e = exp16(_mm512_sub_ps(sv[i], m));
+        den = _mm512_add_ps(den, e);
+        num = _mm512_add_ps(num, _mm512_mul_ps(e, vv[i]));
+    }
+    const __mmask16 dead = _mm512_cmp_ps_mask(m, ninf, _CMP_EQ_OQ); /* kvc_seg_close */
+    *om = m;
+    *oden = _mm512_mask_mov_ps(den, dead, zero);
+    *onum = _mm512_mask_mov_ps(num, dead, zero);
+}
+
+/* Dims before the first 64-byte line boundary of the 16 rows, when all of
+ * them start at the same offset within a line (0: aligned, or offsets that
+ * differ). */
+static int rows_head(const float *const *sr, const float *const *vr) {
+    const uintptr_t off = (uintptr_t)sr[0] & 63;
+    for (int i = 0; i < KVC_SEG; i++)
+        if (((uintptr_t)sr[i] & 63) != off || ((uintptr_t)vr[i] & 63) != off) return 0;
+    return off % 4 ? 0 : (int)(64 - off) / 4 % 16;
+}
+
+/* seg_reduce8 in AVX-512F, the same prefetches.  Rows that all start h
+ * dims before a line boundary (numpy's and malloc's large buffers start 16
+ * bytes into a page) are read in whole lines: dims [h, h + 496) as 31
+ * line-aligned vectors, and dims [0, h) with [496 + h, 512) as one vector of
+ * two masked loads, so that no load spans two lines. */
 __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
     const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
     const float *const *pfv, float *restrict om, float *restrict oden, float *restrict onum) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
-    for (int b = 0; b < D; b += 16) {
+    __m512 sv[KVC_SEG], vv[KVC_SEG], m, den, num;
+    const int h = rows_head(sr, vr);
+    if (h) {
+        const __mmask16 hm = (__mmask16)((1u << h) - 1), tm = (__mmask16)~hm;
+        block_prefetch(sr, vr, pfs, pfv, 0);
+        if (pfs)
+            for (int i = 0; i < KVC_SEG; i++) {
+                __builtin_prefetch(pfs[i] + D - 1, 0, 2);
+                __builtin_prefetch(pfv[i] + D - 1, 0, 2);
+            }
+        for (int i = 0; i < KVC_SEG; i++) {
+            sv[i] = _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(hm, sr[i]), tm, sr[i] + D - 16);
+            vv[i] = _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(hm, vr[i]), tm, vr[i] + D - 16);
+        }
+        seg16(sv, vv, &m, &den, &num);
+        _mm512_mask_storeu_ps(om, hm, m);
+        _mm512_mask_storeu_ps(om + D - 16, tm, m);
+        _mm512_mask_storeu_ps(oden, hm, den);
+        _mm512_mask_storeu_ps(oden + D - 16, tm, den);
+        _mm512_mask_storeu_ps(onum, hm, num);
+        _mm512_mask_storeu_ps(onum + D - 16, tm, num);
+    }
+    for (int b = h; b + 16 <= D; b += 16) {
         block_prefetch(sr, vr, pfs, pfv, b);
-        __m512 sv[KVC_SEG];
-        for (int i = 0; i < KVC_SEG; i++) sv[i] = _mm512_loadu_ps(sr[i] + b);
-        __m512 m = sv[0];
-        for (int i = 1; i < KVC_SEG; i++) m = _mm512_max_ps(m, sv[i]);
-        if (_mm512_cmp_ps_mask(m, ninf, _CMP_EQ_OQ)) { /* kvc_max's NaN-propagating form */
-            m = sv[0];
-            for (int i = 1; i < KVC_SEG; i++)
-                m = _mm512_mask_mov_ps(_mm512_max_ps(m, sv[i]), _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q), m);
+        for (int i = 0; i < KVC_SEG; i++) {
+            sv[i] = _mm512_loadu_ps(sr[i] + b);
+            vv[i] = _mm512_loadu_ps(vr[i] + b);
         }
-        __m512 den = zero, num = zero;
-        for (int i = 0; i < KVC_SEG; i++) { /* kvc_seg_step, rows in order */
-            const __m512 e = exp16(_mm512_sub_ps(sv[i], m));
-            den = _mm512_add_ps(den, e);
-            num = _mm512_add_ps(num, _mm512_mul_ps(e, _mm512_loadu_ps(vr[i] + b)));
-        }
-        const __mmask16 dead = _mm512_cmp_ps_mask(m, ninf, _CMP_EQ_OQ); /* kvc_seg_close */
+        seg16(sv, vv, &m, &den, &num);
         _mm512_storeu_ps(om + b, m);
-        _mm512_storeu_ps(oden + b, _mm512_mask_mov_ps(den, dead, zero));
-        _mm512_storeu_ps(onum + b, _mm512_mask_mov_ps(num, dead, zero));
+        _mm512_storeu_ps(oden + b, den);
+        _mm512_storeu_ps(onum + b, num);
     }
 }
 
