@@ -339,9 +339,11 @@ static int segment_rows(const kvc_args *a, const kvc_shape *sh, const int32_t *t
     return n;
 }
 
-/* Compute one output; @return 1 if written non-finite. */
-static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_info *inf, seg_state *stack,
-                          int *sizes, float *c, float *y) {
+/* Compute one output; next: the output this thread computes after it
+ * (NULL: none), whose first segment the last one prefetches.  @return 1 if
+ * written non-finite. */
+static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_info *inf,
+                          const kvc_out_info *next, seg_state *stack, int *sizes, float *c, float *y) {
     const int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
     const int64_t nseg = kvc_num_segments(rows);
     const int32_t *table_row = a->block_table + inf->r * a->block_table_stride;
@@ -359,6 +361,12 @@ static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_
              * rows (each row half its own 2 KiB stream) ran faster with it. */
             rn[nxt] = segment_rows(a, sh, table_row, inf->p, rows, sg + 1, rv[nxt], rs[nxt]);
             if (rn[nxt] == KVC_SEG) {
+                pfs = rs[nxt];
+                pfv = rv[nxt];
+            }
+        } else if (next) {
+            const int32_t *next_row = a->block_table + next->r * a->block_table_stride;
+            if (segment_rows(a, sh, next_row, next->p, rows, 0, rv[nxt], rs[nxt]) == KVC_SEG) {
                 pfs = rs[nxt];
                 pfv = rv[nxt];
             }
@@ -393,12 +401,14 @@ static void *worker(void *arg) {
     cpu_job *job = w->job;
     const kvc_args *a = job->a;
     long long written = 0, nonfinite = 0;
-    for (;;) {
-        long long o = atomic_fetch_add(&job->next, 1);
-        if (o >= a->num_outputs) break;
+    /* outputs are taken one ahead, so that each one's last segment can
+     * prefetch the next one's first */
+    for (long long o = atomic_fetch_add(&job->next, 1), on; o < a->num_outputs; o = on) {
+        on = atomic_fetch_add(&job->next, 1);
         const kvc_out_info *inf = &job->infos[o]; /* resolved by kvc_check_indices */
+        const kvc_out_info *nx = on < a->num_outputs && job->infos[on].slot >= 0 ? &job->infos[on] : NULL;
         if (inf->slot < 0) continue;
-        nonfinite += compute_output(a, &job->sh, inf, w->stack, w->sizes, w->cy, w->cy + D);
+        nonfinite += compute_output(a, &job->sh, inf, nx, w->stack, w->sizes, w->cy, w->cy + D);
         written++;
     }
     atomic_fetch_add(&job->written, written);
