@@ -218,6 +218,19 @@ static int rows_head(const float *const *sr, const float *const *vr) {
     return off % 4 ? 0 : (int)(64 - off) / 4 % 16;
 }
 
+/* The split vector of a row p: dims [0, h) (mask hm) with [496 + h, 512)
+ * (mask tm = ~hm), each lane at its own dim's place in the vector from
+ * p + 496; loaded and stored by two masked operations. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 load_split(const float *p, __mmask16 hm,
+                                                                                __mmask16 tm) {
+    return _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(hm, p), tm, p + D - 16);
+}
+__attribute__((target("avx512f"), always_inline)) static inline void store_split(float *p, __mmask16 hm,
+                                                                               __mmask16 tm, __m512 v) {
+    _mm512_mask_storeu_ps(p, hm, v);
+    _mm512_mask_storeu_ps(p + D - 16, tm, v);
+}
+
 /* seg_reduce8 in AVX-512F, the same prefetches.  Rows that all start h
  * dims before a line boundary (numpy's and malloc's large buffers start 16
  * bytes into a page) are read in whole lines: dims [h, h + 496) as 31
@@ -237,16 +250,13 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
                 __builtin_prefetch(pfv[i] + D - 1, 0, 2);
             }
         for (int i = 0; i < KVC_SEG; i++) {
-            sv[i] = _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(hm, sr[i]), tm, sr[i] + D - 16);
-            vv[i] = _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(hm, vr[i]), tm, vr[i] + D - 16);
+            sv[i] = load_split(sr[i], hm, tm);
+            vv[i] = load_split(vr[i], hm, tm);
         }
         seg16(sv, vv, &m, &den, &num);
-        _mm512_mask_storeu_ps(om, hm, m);
-        _mm512_mask_storeu_ps(om + D - 16, tm, m);
-        _mm512_mask_storeu_ps(oden, hm, den);
-        _mm512_mask_storeu_ps(oden + D - 16, tm, den);
-        _mm512_mask_storeu_ps(onum, hm, num);
-        _mm512_mask_storeu_ps(onum + D - 16, tm, num);
+        store_split(om, hm, tm, m);
+        store_split(oden, hm, tm, den);
+        store_split(onum, hm, tm, num);
     }
     for (int b = h; b + 16 <= D; b += 16) {
         block_prefetch(sr, vr, pfs, pfv, b);
