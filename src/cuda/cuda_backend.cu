@@ -152,7 +152,8 @@ typedef struct {
     cudaStream_t stream;
     pthread_t thread;
     void *buf;
-    size_t bytes;
+    size_t gen_cap;   /* bytes after the status word for the other kernels' tickets and chunk states */
+    size_t slice_cap; /* bytes of the slice area after those: every word EMPTY (all bits set) between calls */
 } device_ws;
 
 #define KVC_CUDA_MAX_STREAMS 1024
@@ -316,13 +317,19 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
                    a->state_stride_token % dpt == 0;
     P.fast = P.pl.vec && a->overlap == KVC_OVERLAP_OFF;
 
-    /* workspace: status word, tickets, chunk states */
-    /* (slice kernels: the tickets' place holds the CTAs' bad-block words,
-     * the chunk states' the slice records) */
-    size_t st_bytes = 256, tk_bytes = ((size_t)nout * (slice ? 64 * P.pl.nchunk : 4) + 255) & ~(size_t)255;
-    size_t cs_bytes = slice && P.pl.nchunk == 1 ? (size_t)nout * kvc_cuda_d2::kSliceRec * 4
-                      : (P.pl.nchunk > 1 ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0);
-    size_t need = st_bytes + tk_bytes + cs_bytes;
+    /* workspace: the status word (256 B), the other kernels' area (tickets,
+     * chunk states), then the slice area at a fixed offset: bad-block words,
+     * then slice records (C = 128) or chunk states */
+    const size_t st_bytes = 256;
+    size_t gen_need = 0, slice_need = 0, slice_bad_bytes = 0;
+    if (slice) {
+        slice_bad_bytes = ((size_t)nout * 64 * P.pl.nchunk + 255) & ~(size_t)255;
+        slice_need = slice_bad_bytes + (P.pl.nchunk == 1 ? (size_t)nout * kvc_cuda_d2::kSliceRec * 4
+                                                         : (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4);
+    } else {
+        gen_need = (((size_t)nout * 4 + 255) & ~(size_t)255) +
+                   (P.pl.nchunk > 1 ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0);
+    }
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_find(dev, stream, 1);
     if (!ws) {
@@ -330,12 +337,13 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CUDA: workspaces for more than %d (device, stream) pairs",
                         KVC_CUDA_MAX_STREAMS);
     }
-    if (ws->bytes < need) {
+    if (!ws->buf || ws->gen_cap < gen_need || ws->slice_cap < slice_need) {
         /* A workspace only grows, and the old buffer is kept: a CUDA graph
          * captured earlier may still use it.  Doubling bounds the total at
          * twice the largest.  During a stream capture (a stream's first call
          * may be inside one, e.g. torch.cuda.graph's own stream) the
-         * allocation is made in relaxed capture mode: it is not captured. */
+         * allocation and the slice area's EMPTY fill are made in relaxed
+         * capture mode on a stream of their own: they are not captured. */
         cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
         if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
             cudaGetLastError();
@@ -343,24 +351,39 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         }
         cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
         if (cap != cudaStreamCaptureStatusNone) cudaThreadExchangeStreamCaptureMode(&mode);
-        size_t grow = ws->bytes * 2 > need ? ws->bytes * 2 : need;
+        const size_t gen = ws->gen_cap >= gen_need ? ws->gen_cap : ws->gen_cap * 2 > gen_need ? ws->gen_cap * 2 : gen_need;
+        const size_t sl = ws->slice_cap >= slice_need ? ws->slice_cap
+                          : ws->slice_cap * 2 > slice_need ? ws->slice_cap * 2 : slice_need;
         void *nb = NULL;
-        err = cudaMalloc(&nb, grow);
+        err = cudaMalloc(&nb, st_bytes + gen + sl);
+        cudaStream_t fs = stream;
+        if (err == cudaSuccess && cap != cudaStreamCaptureStatusNone)
+            err = cudaStreamCreateWithFlags(&fs, cudaStreamNonBlocking);
+        if (err == cudaSuccess && sl) err = cudaMemsetAsync((char *)nb + st_bytes + gen, 0xFF, sl, fs);
+        if (cap != cudaStreamCaptureStatusNone && fs != stream) {
+            if (err == cudaSuccess) err = cudaStreamSynchronize(fs);
+            cudaStreamDestroy(fs);
+        }
         if (cap != cudaStreamCaptureStatusNone) cudaThreadExchangeStreamCaptureMode(&mode);
         if (err != cudaSuccess) {
             cudaGetLastError();
+            if (nb) cudaFree(nb);
             pthread_mutex_unlock(&g_ws_lock);
-            return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CUDA workspace of %zu bytes: %s", grow, cudaGetErrorString(err));
+            return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CUDA workspace of %zu bytes: %s", st_bytes + gen + sl,
+                            cudaGetErrorString(err));
         }
         ws->buf = nb;
-        ws->bytes = grow;
+        ws->gen_cap = gen;
+        ws->slice_cap = sl;
     }
     char *buf = (char *)ws->buf;
+    char *slice_area = buf + st_bytes + ws->gen_cap;
     pthread_mutex_unlock(&g_ws_lock);
     P.status = e->device_status ? e->device_status : (kvc_device_status *)buf;
     P.tickets = (unsigned *)(buf + st_bytes);
-    P.slice_bad = (long long *)(buf + st_bytes);
-    P.chunk_states = (float *)(buf + st_bytes + tk_bytes);
+    P.chunk_states = slice ? (float *)(slice_area + slice_bad_bytes)
+                           : (float *)(buf + st_bytes + (((size_t)nout * 4 + 255) & ~(size_t)255));
+    P.slice_bad = (long long *)slice_area;
     /* one memset for the library's status word and the tickets (adjacent);
      * none where the slice kernel runs: it zeroes the status word itself */
     const int kernel_zeroes = slice && nout > 0;
@@ -396,7 +419,10 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         cfg.attrs = &at;
         cfg.numAttrs = sm_major(dev) >= 9 ? 1 : 0;
         err = cudaLaunchKernelEx(&cfg, finish_k, P);
-        if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
+        if (err != cudaSuccess) { /* the slice area back to EMPTY for the next call: nothing will read it */
+            cudaMemsetAsync(slice_area, 0xFF, slice_need, stream);
+            return cuda_fail(err, "kernel launch");
+        }
         return KVC_OK;
     }
     const long long blocks = P.pl.groups;

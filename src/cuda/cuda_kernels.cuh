@@ -492,18 +492,24 @@ __device__ void merge_lanes(stv &st, int lane, int active, int q, float *smem) {
 }
 
 /* c = num / den of lane 0's state, handed to the 128-thread finaliser;
- * f: the finaliser's inputs, loaded by the caller (fin_load_*). */
-__device__ void finish_loaded(const launch_params &P, const kvc_out_info &inf, const stv &st, int q, float *smem,
-                              const fin_in &f) {
+ * f: the finaliser's inputs, loaded by the caller (fin_load_*).  COUNT: the
+ * output counted in the status word here; else @return (thread 0) 1 when
+ * it went to the non-finite slot, for the caller to count. */
+template <bool COUNT = true>
+__device__ int finish_loaded(const launch_params &P, const kvc_out_info &inf, const stv &st, int q, float *smem,
+                             const fin_in &f) {
     /* lane-0 threads (q < DG) write c, the first 128 read 4 each */
 #pragma unroll
     for (int j = 0; j < DPT; j++) smem[DPT * q + j] = KVC_DIV(st.n[j], st.d[j]);
     asm volatile("bar.sync 2, %0;" ::"r"(DG));
-    if (q >= 128) return;
+    if (q >= 128) return 0;
     float c[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) c[j] = smem[4 * q + j];
-    finalize_counted(P, inf.slot, c, rms_sum_128(c, q, smem + 512), q, f);
+    const float ss = rms_sum_128(c, q, smem + 512);
+    if (!COUNT) return finalize(P, inf.slot, c, ss, q, f);
+    finalize_counted(P, inf.slot, c, ss, q, f);
+    return 0;
 }
 __device__ void finish(const launch_params &P, const kvc_out_info &inf, const stv &st, int q, float *smem) {
     fin_in f;

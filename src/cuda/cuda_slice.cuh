@@ -19,22 +19,79 @@
  * CTA ever waits for another.  C = 128 (one chunk): warp 0 holds the
  * slice's c = n / d and its part of the RMS sum (the canonical pairwise tree
  * over 512 dims has a 64-dim slice as one subtree): the output's slice
- * record.  C = 256 / 512: the chunk's state ([3][64] floats).  The finisher
- * (slice_finish_kernel, one CTA per output: 128 threads for C = 128, else
- * 256), started by
- * programmatic dependent launch, waits for the slice kernel's end, adds the
- * 8 slices' sums in tree order (or merges the 2 / 4 chunk states in tree
- * order and sums) and finalises the slot.  Output checks, errors and the
- * status counts are the finisher's: a slice CTA leaves a word (slice_bad)
- * that names a bad physical block it met.  There is no memset: CTA 0 of the
- * slice kernel zeroes the call's status word, which nothing else writes
- * before the finisher.
+ * record.  C = 256 / 512: the chunk's state ([3][64] floats).
+ *
+ * The finisher (slice_finish_kernel, one CTA per output: 128 threads for
+ * C = 128, else 256) is started by programmatic dependent launch, so its
+ * CTAs run as soon as every slice CTA has started: each polls its output's
+ * records until they are written, finalises the slot, puts the records
+ * back to "empty" and only then waits for the slice kernel's end
+ * (griddepcontrol.wait) to count the output in the status word.  So most
+ * outputs are finished under the slice kernel's last wave, and no slice
+ * CTA waits or fences.  The handshake is the data itself: every word of the
+ * slice area of the workspace is EMPTY between calls (set once when the
+ * workspace is made, restored by the finisher that read it); a slice CTA
+ * stores each word once with a relaxed store, with NaNs made the one quiet
+ * NaN 0x7FC00000 (a NaN anywhere in c or a state gives the non-finite slot
+ * whatever its payload, SPEC 2.4), so no stored float is EMPTY.  A slice CTA
+ * writes its record and bad-block word exactly where slice_window says the
+ * output is valid and not padding; the finisher reads and restores exactly
+ * those.  Output checks, errors and the status counts are the finisher's:
+ * a slice CTA leaves a word (slice_bad) that names a bad physical block it
+ * met.  There is no memset: CTA 0 of the slice kernel zeroes the call's
+ * status word, which nothing writes before griddepcontrol.wait.
  *
  * Shared memory (static): xs [8 warps][6][32] warp states, rows [8 warps]
  * slice_rows, wbad [8 warps]: 8 KiB; 4 CTAs per SM are limited by registers.
  */
 #define SLICE_REC 520 /* floats of an output's slice record (C = 128): c[512], the 8 slices' RMS sums */
-#define SLICE_OK (-0x7FFFFFFFFFFFFFFFLL - 1) /* slice_bad: no bad block (a block is an int32) */
+#define SLICE_OK (-0x7FFFFFFFFFFFFFFFLL - 1) /* slice_bad: no bad block; a bad block g is stored as (uint32)g */
+#define SLICE_EMPTY 0xFFFFFFFFu         /* a slice-area float not written yet (a NaN no slice CTA stores) */
+#define SLICE_EMPTY_BAD (-1LL)          /* a slice_bad word not written yet (all bits set, as the floats) */
+
+/* Relaxed (strong, unfenced) accesses of the slice area: the finisher polls
+ * what the slice CTAs store, so both sides are morally strong at GPU scope. */
+__device__ __forceinline__ float slice_canon(float v) { return v != v ? __int_as_float(0x7FC00000) : v; }
+__device__ __forceinline__ void st_rlx(float *p, float v) {
+    asm volatile("st.relaxed.gpu.global.f32 [%0], %1;" ::"l"(p), "f"(slice_canon(v)) : "memory");
+}
+__device__ __forceinline__ void st_rlx2(float *p, float a, float b) {
+    asm volatile("st.relaxed.gpu.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(slice_canon(a)), "f"(slice_canon(b))
+                 : "memory");
+}
+__device__ __forceinline__ void st_rlx_ll(long long *p, long long v) {
+    asm volatile("st.relaxed.gpu.global.s64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ float4 ld_rlx4(const float *p) {
+    float4 r;
+    asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w)
+                 : "l"(p)
+                 : "memory");
+    return r;
+}
+__device__ __forceinline__ float2 ld_rlx2(const float *p) {
+    float2 r;
+    asm volatile("ld.relaxed.gpu.global.v2.f32 {%0, %1}, [%2];" : "=f"(r.x), "=f"(r.y) : "l"(p) : "memory");
+    return r;
+}
+__device__ __forceinline__ long long ld_rlx_ll(const long long *p) {
+    long long r;
+    asm volatile("ld.relaxed.gpu.global.s64 %0, [%1];" : "=l"(r) : "l"(p) : "memory");
+    return r;
+}
+/* Restore to EMPTY. */
+__device__ __forceinline__ void st_empty4(float *p) {
+    asm volatile("st.relaxed.gpu.global.v4.u32 [%0], {%1, %1, %1, %1};" ::"l"(p), "r"(SLICE_EMPTY) : "memory");
+}
+__device__ __forceinline__ void st_empty2(float *p) {
+    asm volatile("st.relaxed.gpu.global.v2.u32 [%0], {%1, %1};" ::"l"(p), "r"(SLICE_EMPTY) : "memory");
+}
+__device__ __forceinline__ void st_empty_ll(long long *p) {
+    asm volatile("st.relaxed.gpu.global.s64 [%0], %1;" ::"l"(p), "l"(SLICE_EMPTY_BAD) : "memory");
+}
+__device__ __forceinline__ int is_empty(float v) { return __float_as_uint(v) == SLICE_EMPTY; }
+__device__ __forceinline__ int any_empty4(float4 v) { return is_empty(v.x) | is_empty(v.y) | is_empty(v.z) | is_empty(v.w); }
 
 /* A warp's 16 rows (segments 2w and 2w + 1 of the chunk): element offsets. */
 struct slice_rows {
@@ -171,30 +228,52 @@ __global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
         }
         __syncthreads();
     }
-    if (w == 0 && NCH > 1) st_store(st, P.chunk_states + (o * NCH + j) * (3 * 512), q);
+    if (w == 0 && NCH > 1) { /* the chunk state: [3][512] floats */
+        float *cs = P.chunk_states + (o * NCH + j) * (3 * 512) + 2 * q;
+        st_rlx2(cs, st.m[0], st.m[1]);
+        st_rlx2(cs + 512, st.d[0], st.d[1]);
+        st_rlx2(cs + 1024, st.n[0], st.n[1]);
+    }
     if (w == 0 && NCH == 1) { /* c of the slice, and its subtree of the RMS sum */
         const float c0 = KVC_DIV(st.n[0], st.d[0]), c1 = KVC_DIV(st.n[1], st.d[1]);
         float ss = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
 #pragma unroll
         for (int k = 1; k < 32; k <<= 1) ss = KVC_ADD(ss, __shfl_xor_sync(0xffffffffu, ss, k)); /* a+b == b+a */
         float *rec = P.chunk_states + o * SLICE_REC; /* the slice records take the chunk states' place */
-        reinterpret_cast<float2 *>(rec)[q] = make_float2(c0, c1);
-        if (l == 0) rec[512 + sl] = ss;
+        st_rlx2(rec + 2 * q, c0, c1);
+        if (l == 0) st_rlx(rec + 512 + sl, ss);
     }
     if (t == 0) { /* the CTA's bad-block word: SLICE_OK or the first bad warp's block */
         long long g = SLICE_OK;
         for (int k = 0; k < 8; k++) g = g == SLICE_OK ? wbad[k] : g;
-        P.slice_bad[blockIdx.x] = g;
+        st_rlx_ll(P.slice_bad + blockIdx.x, g == SLICE_OK ? g : (long long)(unsigned)g);
     }
 }
 
-/* One CTA per output after slice_kernel<NCH, TS>: checks and counts the
- * output, gets c and its RMS sum and finalises the slot.  NCH = 1: 128
- * threads (thread q = dims 4q .. 4q + 3) read the slice record and add the
- * slices' sums in tree order; else DG = 256 threads (thread q = dims 2q, 2q +
- * 1) merge the chunk states in tree order, then finish.  Everything that
- * does not depend on the slice kernel (the checks, the RMS weights, cos/sin)
- * is loaded before the wait for it. */
+/* Thread q's 2 dims of chunk state k of an output, polled until written,
+ * then restored to EMPTY (thread q alone reads these words). */
+__device__ __forceinline__ stv slice_take_state(float *cs, int q) {
+    float *p = cs + 2 * q;
+    float2 m, d, n;
+    for (;;) {
+        m = ld_rlx2(p), d = ld_rlx2(p + 512), n = ld_rlx2(p + 1024);
+        if (!(is_empty(m.x) | is_empty(m.y) | is_empty(d.x) | is_empty(d.y) | is_empty(n.x) | is_empty(n.y))) break;
+        __nanosleep(128);
+    }
+    st_empty2(p), st_empty2(p + 512), st_empty2(p + 1024);
+    stv st;
+    st.m[0] = m.x, st.m[1] = m.y, st.d[0] = d.x, st.d[1] = d.y, st.n[0] = n.x, st.n[1] = n.y;
+    return st;
+}
+
+/* One CTA per output after slice_kernel<NCH, TS>: gets c and its RMS sum
+ * from the slice area as soon as the output's slice CTAs have written it,
+ * finalises the slot, and after the slice kernel's end checks and counts
+ * the output in the status word.  NCH = 1: 128 threads (thread q = dims 4q
+ * .. 4q + 3) read the slice record and add the slices' sums in tree order;
+ * else DG = 256 threads (thread q = dims 2q, 2q + 1) merge the chunk states
+ * in tree order, then finish.  Everything that does not depend on the slice
+ * kernel (the checks, the RMS weights, cos/sin) is loaded first. */
 template <int NCH>
 __global__ void __launch_bounds__(NCH == 1 ? 128 : DG) slice_finish_kernel(const launch_params P) {
     __shared__ float smem[NCH == 1 ? 1 : 512 + 8];
@@ -202,34 +281,66 @@ __global__ void __launch_bounds__(NCH == 1 ? 128 : DG) slice_finish_kernel(const
     const int q = threadIdx.x;
     kvc_out_info inf;
     const int chk = kvc_check_output(&P.a, o, &inf, 0);
+    long long wp, wslot;
+    const kvc_i32 *wtrow;
+    /* where the slice CTAs wrote (slice_kernel's own test) */
+    const int wrote = slice_window(P, o, &wp, &wtrow, &wslot) && wslot >= 0;
+    const int fin = chk == KVC_CHECK_NONE && inf.slot >= 0; /* implies wrote */
     fin_in f;
-    if (chk == KVC_CHECK_NONE && inf.slot >= 0) {
+    if (fin) {
         fin_load_weights(P, q, f);
         fin_load_cos_sin(P, inf.pc, q, f);
     }
+    long long g = SLICE_OK;
+    if (wrote && q < 8 * NCH) {
+        long long *bp = P.slice_bad + o * 8 * NCH + q;
+        while ((g = ld_rlx_ll(bp)) == SLICE_EMPTY_BAD) __nanosleep(128);
+        st_empty_ll(bp);
+        if (g != SLICE_OK) g = (long long)(int)g;
+    }
+    const int badblk = __syncthreads_or(g != SLICE_OK); /* a slice CTA met a bad physical block */
+    int nonfinite = 0;
+    if (NCH == 1) {
+        float *rec = P.chunk_states + o * SLICE_REC; /* the slice record */
+        float4 c4 = make_float4(0.f, 0.f, 0.f, 0.f), sa = c4, sb = c4;
+        if (wrote) {
+            for (;;) {
+                c4 = ld_rlx4(rec + 4 * q), sa = ld_rlx4(rec + 512), sb = ld_rlx4(rec + 516);
+                if (!(any_empty4(c4) | any_empty4(sa) | any_empty4(sb))) break;
+                __nanosleep(128);
+            }
+            st_empty4(rec + 4 * q);
+        }
+        __syncthreads(); /* every thread has read the sums */
+        if (wrote && q == 0) st_empty4(rec + 512), st_empty4(rec + 516);
+        if (fin && !badblk) {
+            const float c[4] = {c4.x, c4.y, c4.z, c4.w};
+            const float ss = KVC_ADD(KVC_ADD(KVC_ADD(sa.x, sa.y), KVC_ADD(sa.z, sa.w)),
+                                     KVC_ADD(KVC_ADD(sb.x, sb.y), KVC_ADD(sb.z, sb.w)));
+            nonfinite = finalize(P, inf.slot, c, ss, q, f);
+        }
+    } else {
+        stv acc[NCH];
+        if (wrote)
+#pragma unroll
+            for (int k = 0; k < NCH; k++) acc[k] = slice_take_state(P.chunk_states + (o * NCH + k) * (3 * 512), q);
+        if (fin && !badblk) {
+#pragma unroll
+            for (int w = 1; w < NCH; w *= 2)
+#pragma unroll
+                for (int k = 0; k + w < NCH; k += 2 * w) st_merge(acc[k], acc[k + w]);
+            nonfinite = finish_loaded<false>(P, inf, acc[0], q, smem, f);
+        }
+    }
 #if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory"); /* CTA 0 of the slice kernel has zeroed the status */
 #endif
     if (skip_output(P, chk, o, inf, q == 0)) return;
-    const float *rec = P.chunk_states + o * SLICE_REC; /* the slice record */
-    const long long g = q < 8 * NCH ? __ldcg(P.slice_bad + o * 8 * NCH + q) : SLICE_OK;
-    float4 c4, sa, sb;
-    if (NCH == 1) { /* issued before the check: one round trip */
-        c4 = __ldcg(reinterpret_cast<const float4 *>(rec) + q);
-        sa = __ldcg(reinterpret_cast<const float4 *>(rec + 512));
-        sb = __ldcg(reinterpret_cast<const float4 *>(rec + 516));
-    }
-    if (__syncthreads_or(g != SLICE_OK)) { /* a slice CTA met a bad physical block */
+    if (badblk) {
         if (g != SLICE_OK) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, g);
         if (q == 0) count(&P.status->outputs_invalid);
         return;
     }
-    if (NCH > 1) {
-        finish_loaded(P, inf, merge_chunks_tree(P.chunk_states + o * NCH * (3 * 512), 0, NCH, q), q, smem, f);
-        return;
-    }
-    const float c[4] = {c4.x, c4.y, c4.z, c4.w};
-    const float ss = KVC_ADD(KVC_ADD(KVC_ADD(sa.x, sa.y), KVC_ADD(sa.z, sa.w)),
-                             KVC_ADD(KVC_ADD(sb.x, sb.y), KVC_ADD(sb.z, sb.w)));
-    finalize_counted(P, inf.slot, c, ss, q, f);
+    if (q == 0) count(&P.status->outputs_written);
+    if (q == 0 && nonfinite) count(&P.status->outputs_nonfinite);
 }
