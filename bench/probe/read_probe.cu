@@ -24,6 +24,19 @@ __global__ void rd4(const float4 *p, size_t n, float *sink) {
     if (acc == 1234.5f) *sink = acc;
 }
 
+// The floor's read in a shuffled block order: float4 i of the logical
+// buffer is read from block perm[i / bf4] (bf4 float4s per block), as a
+// shuffled block table places a request's blocks.
+__global__ void rd_gather(const float4 *p, size_t n, const int *perm, int bf4_shift, float *sink) {
+    float acc = 0.f;
+    const size_t m = ((size_t)1 << bf4_shift) - 1;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float4 v = __ldcs(p + (((size_t)__ldg(perm + (i >> bf4_shift)) << bf4_shift) | (i & m)));
+        acc += v.x + v.y + v.z + v.w;
+    }
+    if (acc == 1234.5f) *sink = acc;
+}
+
 // The benchmark's access pattern without arithmetic: CTA b reads its own
 // window of R rows of 4 KiB (rows [b*R, b*R+R)), STEP rows per step (8 = a
 // segment), each thread one 8-byte (T=512) or 16-byte (T=256) piece per row.
@@ -142,6 +155,29 @@ int main() {
                 printf("%10zu %8s %8s %12.1f %12.1f\n", b >> 20, k ? "rd4" : "rd", how ? "read" : "write", us,
                        b / us / 1e3);
             }
+
+    printf("\nshuffled 32 KiB blocks (a block of 8 rows of 4 KiB; write flush), against the plain read\n");
+    int *perm;
+    const size_t nblk_max = ((size_t)512 << 20) >> 15;
+    cudaMalloc(&perm, nblk_max * sizeof(int));
+    for (size_t b : {(size_t)32 << 20, (size_t)128 << 20, (size_t)256 << 20, (size_t)512 << 20}) {
+        const size_t nb = b >> 15;
+        std::vector<int> id(nb), sh(nb);
+        for (size_t i = 0; i < nb; i++) id[i] = sh[i] = (int)i;
+        unsigned long long x = 0x9E3779B97F4A7C15ull ^ nb;
+        for (size_t i = nb - 1; i >= 1; i--) { /* Fisher-Yates, xorshift */
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            std::swap(sh[i], sh[x % (i + 1)]);
+        }
+        for (int round = 0; round < 2; round++)
+            for (const std::vector<int> *v : {&id, &sh}) { /* the identity: the gather's own cost */
+                cudaMemcpy(perm, v->data(), nb * sizeof(int), cudaMemcpyHostToDevice);
+                const double g = T([&] { rd_gather<<<sms * 8, 512>>>((const float4 *)p, b / 16, perm, 11, sink); });
+                const double r = T([&] { rd<<<sms * 8, 512>>>((const float4 *)p, b / 16, sink); });
+                printf("%6zu MB round %d %-8s gather %7.1f us, plain %7.1f us: x %.3f\n", b >> 20, round,
+                       v == &sh ? "shuffled" : "identity", g, r, g / r);
+            }
+    }
 
     printf("\nwindow pattern (write flush): rows per CTA R\n");
     for (long long rows : {131072LL, 8192LL})

@@ -75,6 +75,7 @@ struct launch_params {
     float *chunk_states;        /* [num_outputs][nchunk][3][512]; slice kernels at C = 128: [num_outputs][SLICE_REC] */
     long long *slice_bad;       /* slice kernels: [num_outputs][nchunk][8] bad-block words */
     int bs_shift;               /* slice kernels: log2(block_size) for a power of two, else -1 */
+    long long ahead;            /* slice kernels: outputs per resident wave of CTAs (the index prefetch's distance) */
     int lanes;                  /* L                                             */
     int uniform;                /* all chunks full, nchunk a power of 2 <= kTreeMax L */
     int fast;                   /* vec and no overlap: straight-line full segments */
@@ -200,19 +201,22 @@ static int cuda_owns(const void *p) {
     return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged;
 }
 
-static int sm_count(int dev) {
-    static int sms[64];
-    if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        sms[dev] = 132;
-    return sms[dev];
+/* A device attribute, read once per device (fallback where it cannot be read). */
+static int dev_attr(int dev, cudaDeviceAttr at, int cache[64], int fallback) {
+    if (!cache[dev] && cudaDeviceGetAttribute(&cache[dev], at, dev) != cudaSuccess) {
+        cudaGetLastError();
+        cache[dev] = fallback;
+    }
+    return cache[dev];
 }
-
-/* The compute capability's major number of device dev (cached). */
+/* The compute capability's major number of device dev. */
 static int sm_major(int dev) {
     static int major[64];
-    if (!major[dev] && cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-        major[dev] = 1;
-    return major[dev];
+    return dev_attr(dev, cudaDevAttrComputeCapabilityMajor, major, 1);
+}
+static int sm_count(int dev) {
+    static int count[64];
+    return dev_attr(dev, cudaDevAttrMultiProcessorCount, count, 132);
 }
 
 /* The device of CUDA device (or managed) memory p; -1 for any other pointer. */
@@ -399,6 +403,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         /* one CTA per (output, 16-segment chunk, 64-dim slice) */
         const int nch = (int)(nseg / 16);
         const unsigned blocks = (unsigned)(nout * 8 * nch);
+        P.ahead = (long long)sm_count(dev) * SLICE_CTAS_PER_SM / (8 * nch);
         const int dense = a->state_stride_token == 1024; /* TS: the token stride at compile time */
         void (*slice_k)(const launch_params) =
             nch == 1 ? pick_slice<1>(fastnum, dense) : nch == 2 ? pick_slice<2>(fastnum, dense) : pick_slice<4>(fastnum, dense);

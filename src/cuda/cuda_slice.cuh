@@ -44,6 +44,7 @@
  * Shared memory (static): xs [8 warps][6][32] warp states, rows [8 warps]
  * slice_rows, wbad [8 warps]: 8 KiB; 4 CTAs per SM are limited by registers.
  */
+#define SLICE_CTAS_PER_SM 4 /* slice_kernel's CTAs resident per SM (its launch bounds) */
 #define SLICE_REC 520 /* floats of an output's slice record (C = 128): c[512], the 8 slices' RMS sums */
 #define SLICE_OK (-0x7FFFFFFFFFFFFFFFLL - 1) /* slice_bad: no bad block; a bad block g is stored as (uint32)g */
 #define SLICE_EMPTY 0xFFFFFFFFu         /* a slice-area float not written yet (a NaN no slice CTA stores) */
@@ -145,8 +146,33 @@ __device__ __forceinline__ int slice_window(const launch_params &P, long long o,
     return (b == bc) & (r == rc) & (pp == pc);
 }
 
+/* Lanes 0..4 of warp 0 of an output's first CTA: the index chain of
+ * output o + P.ahead -- the one whose CTAs start about when this CTA ends,
+ * a resident wave later -- into L2, so that its dependent loads hit: its
+ * token's position, request and slot, and the two table entries at its
+ * window's ends on the guess that it belongs to o's request (p: o's
+ * clamped position, trow: its table row).  A wrong guess costs a line;
+ * every address is clamped into its array. */
+__device__ __forceinline__ void slice_prefetch_ahead(const launch_params &P, long long o, long long p,
+                                                     const kvc_i32 *trow, int l) {
+    const kvc_args &a = P.a;
+    if (l >= 5 || o >= a.num_outputs - P.ahead) return;
+    const kvc_i64 b = a.boundary_token_indices[o], b2 = a.boundary_token_indices[o + P.ahead], nt = a.num_tokens;
+    const kvc_i64 bc = b < 0 ? 0 : b >= nt ? nt - 1 : b, b2c = b2 < 0 ? 0 : b2 >= nt ? nt - 1 : b2;
+    const void *q;
+    if (l == 0) q = a.positions + b2c;
+    else if (l == 1) q = a.token_to_req + b2c;
+    else if (l == 2) q = a.kv_slot_mapping + b2c;
+    else { /* its position on the guess: p + (b2c - bc), clamped into [C - 1, pmax] */
+        const kvc_i64 d = b2c - bc, pmin = a.compress_ratio - 1, pmax = a.blocks_per_req * a.block_size - 1;
+        const kvc_i64 p2 = d > pmax - p ? pmax : d < pmin - p ? pmin : p + d;
+        q = trow + slice_block_of(P, l == 3 ? p2 - a.compress_ratio + 1 : p2);
+    }
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(q));
+}
+
 template <int NCH, int TS>
-__global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
+__global__ void __launch_bounds__(256, SLICE_CTAS_PER_SM) slice_kernel(const launch_params P) {
     __shared__ float xs[8][6][32];
     __shared__ slice_rows rows[8];
     __shared__ long long wbad[8];
@@ -162,6 +188,7 @@ __global__ void __launch_bounds__(256, 4) slice_kernel(const launch_params P) {
     long long p, slot;
     const kvc_i32 *trow;
     const int ok = slice_window(P, o, &p, &trow, &slot); /* tested with the slot, after the table loads */
+    if (j == 0 && sl == 0 && w == 0) slice_prefetch_ahead(P, o, p, trow, l);
     const long long ts = P.a.state_stride_token, pos0 = p - P.a.compress_ratio + 1 + 128 * j + 16 * w;
     long long off = 0, o0, o1;
     unsigned badm, strided;
