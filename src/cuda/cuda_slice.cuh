@@ -2,9 +2,8 @@
  * cuda_slice.cuh -- the slice kernels: windows of 16, 32 or 64 full segments
  * without overlap (C = 128, 256, 512), rows 8-byte aligned.  Included by
  * cuda_kernels.cuh for DPT = 2 (exact and FAST); uses its stv, seg_load,
- * seg_compute, st_merge, st_store, merge_chunks_tree, fin_load_*,
- * finish_loaded, finalize_counted, skip_output, record_error and count.  The
- * host takes them for every such call.
+ * seg_compute, st_merge, fin_load_*, finish_loaded, finalize, skip_output,
+ * record_error and count.  The host takes them for every such call.
  *
  * Work: a CTA of 256 threads (8 warps) reduces one (output, 16-segment
  * chunk, 64-dim slice): warp w takes the chunk's segments 2w and 2w + 1,
@@ -16,7 +15,8 @@
  * its rows are evenly strided, else through a per-warp row table); the two
  * segment states merge in registers, the 8 warp states in tree order through
  * shared memory, and the CTA stores what the finisher needs and exits: no
- * CTA ever waits for another.  C = 128 (one chunk): warp 0 holds the
+ * CTA ever waits for another.  Each output's first CTA also prefetches the
+ * index chain of the output a resident wave ahead (slice_prefetch_ahead).  C = 128 (one chunk): warp 0 holds the
  * slice's c = n / d and its part of the RMS sum (the canonical pairwise tree
  * over 512 dims has a 64-dim slice as one subtree): the output's slice
  * record.  C = 256 / 512: the chunk's state ([3][64] floats).
