@@ -48,6 +48,9 @@ typedef struct kvc_case_params {
     struct { int64_t lo, hi; int shift; } value_shifts[KVC_CASE_MAX_SHIFTS];
     int num_poison;
     const kvc_case_poison *poison;
+    int huge_pages;          /* 1: the state cache advised onto transparent
+                              * huge pages (Linux), as numpy does for large
+                              * arrays; still malloc'd, so 16 bytes into a page */
 } kvc_case_params;
 
 /** A generated case: owned host tensors plus args pointing at them. */
@@ -74,6 +77,12 @@ typedef struct kvc_case {
 KVC_API kvc_status kvc_case_generate(const kvc_case_params *params, int threads, kvc_case *out);
 /** kvc_case_free() -- release what kvc_case_generate allocated (NULL ok). */
 KVC_API void kvc_case_free(kvc_case *c);
+/**
+ * kvc_advise_huge_pages() -- ask the OS to back the whole pages inside
+ * [p, p + bytes) with transparent huge pages (Linux `madvise(MADV_HUGEPAGE)`;
+ * a no-op elsewhere or where it is refused).  Call before the first touch.
+ */
+KVC_API void kvc_advise_huge_pages(void *p, size_t bytes);
 
 #ifdef __cplusplus
 }

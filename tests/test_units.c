@@ -199,6 +199,25 @@ int main(int argc, char **argv) {
         TU_CHECK(kvc_rand_checksum(b, 9) == 3, "checksum pads the last word with zeros");
     }
 
+    { /* huge_pages moves the state cache onto other pages, never changes the case */
+        kvc_case_params p;
+        memset(&p, 0, sizeof p);
+        p.num_reqs = 2, p.total_tokens = 2048, p.compress_ratio = 128, p.block_size = 8, p.shuffle = 1, p.seed = 7;
+        kvc_case a, b;
+        const kvc_status sa = kvc_case_generate(&p, 2, &a);
+        p.huge_pages = 1;
+        const kvc_status sb = kvc_case_generate(&p, 2, &b);
+        TU_CHECK(sa == KVC_OK && sb == KVC_OK, "kvc_case_generate: %d / %d", (int)sa, (int)sb);
+        if (sa == KVC_OK && sb == KVC_OK)
+            TU_CHECK(a.state_elems == b.state_elems &&
+                         kvc_rand_checksum(a.state_cache, a.state_elems * 4) ==
+                             kvc_rand_checksum(b.state_cache, b.state_elems * 4) &&
+                         !memcmp(a.block_table, b.block_table, sizeof(int32_t) * (size_t)a.args.num_blocks),
+                     "huge_pages: the generated state or table differs");
+        kvc_case_free(&a);
+        kvc_case_free(&b);
+    }
+
     test_chunk_size();
     test_plan();
     test_row_lookup();

@@ -63,6 +63,8 @@ static const char *USAGE_BENCH =
     "                   conformance to the CPU bytes (SPEC 4 / 7), exact for equality\n"
     "  --json FILE      also write the results as JSON\n"
     "  --no-floor       skip the floor measurement (x_floor shows 0)\n"
+    "  --huge-pages     CPU: the state cache and the floor's buffer advised onto\n"
+    "                   transparent huge pages (Linux), as numpy places large arrays\n"
     "Every case is followed, in the same loop, by its floor: a plain streaming\n"
     "read of the case's bytes on the same backend (CPU: the same threads),\n"
     "timed the same way; x_floor = median time / median floor time (the figure\n"
@@ -324,6 +326,7 @@ enum { kCpuMinCalls = 10, kCpuMaxCalls = 100000, kWarmup = 1 };
 static const double kCpuMinSeconds = 0.5;
 static uint64_t *g_cpu_floor;
 static size_t g_cpu_floor_words;
+static int g_cpu_floor_huge; /* --huge-pages: the floor's buffer on huge pages too */
 
 static int time_cpu(kvc_case *c, int threads, int repeat, double floor_bytes, bench_result *r) {
     kvc_exec ex;
@@ -334,6 +337,7 @@ static int time_cpu(kvc_case *c, int threads, int repeat, double floor_bytes, be
     if (words > g_cpu_floor_words) {
         free(g_cpu_floor);
         g_cpu_floor = malloc(words * 8);
+        if (g_cpu_floor && g_cpu_floor_huge) kvc_advise_huge_pages(g_cpu_floor, words * 8);
         g_cpu_floor_words = g_cpu_floor ? words : 0;
         for (size_t i = 0; i < g_cpu_floor_words; i++) g_cpu_floor[i] = i * 0x9E3779B97F4A7C15ull;
     }
@@ -502,7 +506,7 @@ typedef struct {
     uint64_t seed;
     kvc_case_params fmt;
     kvc_numerics numerics;
-    int no_floor;
+    int no_floor, huge_pages;
 } bench_opts;
 
 static int need_value(int i, int argc, char **argv) {
@@ -553,7 +557,7 @@ static void device_name(kvc_backend be, char *out, size_t n) {
 }
 
 static int cmd_bench(int argc, char **argv) {
-    bench_opts o = {KVC_BACKEND_AUTO, "headline", "both", NULL, 0, 0, 1, {0}, KVC_NUMERICS_EXACT, 0};
+    bench_opts o = {KVC_BACKEND_AUTO, "headline", "both", NULL, 0, 0, 1, {0}, KVC_NUMERICS_EXACT, 0, 0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -599,6 +603,7 @@ static int cmd_bench(int argc, char **argv) {
             o.numerics = !strcmp(v, "fast") ? KVC_NUMERICS_FAST : KVC_NUMERICS_EXACT;
         } else if (!strcmp(a, "--overlap")) o.fmt.overlap = KVC_OVERLAP_ON;
         else if (!strcmp(a, "--no-floor")) o.no_floor = 1;
+        else if (!strcmp(a, "--huge-pages")) o.huge_pages = 1;
         else return usage_error("bench: unknown option '%s' (see kvcompress bench --help)", a);
     }
     kvc_backend be = resolve_backend(o.backend);
@@ -618,6 +623,7 @@ static int cmd_bench(int argc, char **argv) {
                 : be == KVC_BACKEND_OPENCL ? kvc_bench_opencl_read_bw() : cpu_read_bw(o.threads);
     int threads = o.threads ? o.threads : kvc_cpu_default_threads();
     const int floor_on = !o.no_floor;
+    g_cpu_floor_huge = o.huge_pages;
     char calls[64];
     if (repeat) snprintf(calls, sizeof calls, "%d calls per case", repeat);
     else snprintf(calls, sizeof calls, ">= %d calls and %.1f s per case", kCpuMinCalls, kCpuMinSeconds);
@@ -625,7 +631,7 @@ static int cmd_bench(int argc, char **argv) {
            backend_name(be), gpu ? "device events, L2 flushed" : "wall clock", calls, bw,
            o.numerics == KVC_NUMERICS_FAST ? "fast" : "exact");
     if (bw <= 0) printf("(read bandwidth not measured for this backend: %%read shows 0)\n");
-    if (!gpu) printf("cpu threads: %d\n", threads);
+    if (!gpu) printf("cpu threads: %d%s\n", threads, o.huge_pages ? ", state and floor on huge pages" : "");
     printf("%-28s %-8s %8s %11s %9s %9s %9s %7s %9s %7s  %s\n", "case", "layout", "outputs", "median_us", "min_us",
            "max_us", "GB/s", "%read", "floor_us", "x_floor", "check");
     double log_x = 0, worst_x = 0;
@@ -659,6 +665,7 @@ static int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         if (progress_on()) fprintf(stderr, "[%d/%d] generating %s...          \r", i + 1, n, list[i].name);
         kvc_case c;
+        list[i].p.huge_pages = o.huge_pages;
         if (kvc_case_generate(&list[i].p, o.threads, &c) != KVC_OK) {
             fprintf(stderr, "kvcompress: %s: %s\n", list[i].name, kvc_last_error_message());
             failures++;

@@ -1,5 +1,10 @@
 /* kvc_rand.c -- kvc-rand v1 (SPEC 5) and the case builder. */
+#define _DEFAULT_SOURCE /* madvise under -std=c11 */
 #include <pthread.h>
+#include <stdint.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +40,15 @@ uint64_t kvc_rand_checksum(const void *data, size_t bytes) {
         sum += w;
     }
     return sum;
+}
+
+void kvc_advise_huge_pages(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t pg = 4096, a = ((uintptr_t)p + pg - 1) & ~(pg - 1), e = ((uintptr_t)p + bytes) & ~(pg - 1);
+    if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
+#endif
 }
 
 void kvc_case_free(kvc_case *c) {
@@ -98,6 +112,7 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
     out->state_elems = (size_t)(nblocks * bs * width);
     out->kv_cache_bytes = (size_t)(pages * S * KVC_SLOT_BYTES);
     out->state_cache = malloc(out->state_elems * sizeof(float));
+    if (p->huge_pages && out->state_cache) kvc_advise_huge_pages(out->state_cache, out->state_elems * sizeof(float));
     out->token_to_req = malloc((size_t)p->total_tokens * sizeof(int32_t));
     out->positions = malloc((size_t)p->total_tokens * sizeof(int64_t));
     out->kv_slot_mapping = malloc((size_t)p->total_tokens * sizeof(int64_t));
