@@ -14,7 +14,8 @@ class GeneratedCase:
     """Owns one kvc_case; the numpy arrays are views of its memory (valid until close())."""
 
     def __init__(self, reqs, tokens, C, block, shuffle=False, seed=1, score_shift=0, kv_block_size=64,
-                 nope_format="int8", overlap=False, cos_sin_layout="split", value_shifts=(), poison=()):
+                 nope_format="int8", overlap=False, cos_sin_layout="split", value_shifts=(), poison=(),
+                 huge_pages=False):
         p = _lib.CaseParams()
         p.num_reqs, p.total_tokens, p.compress_ratio, p.block_size = reqs, tokens, C, block
         p.shuffle, p.seed, p.score_shift, p.kv_block_size = int(shuffle), seed, score_shift, kv_block_size
@@ -29,6 +30,7 @@ class GeneratedCase:
             self._poison[i].req, self._poison[i].pos, self._poison[i].col = r, pos, col
             self._poison[i].value = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}.get(val, val)
         p.num_poison = len(poison)
+        p.huge_pages = int(bool(huge_pages))  # the state cache on transparent huge pages, as numpy's own arrays
         p.poison = ctypes.cast(self._poison, ctypes.POINTER(_lib.CasePoison))
         self._case = _lib.Case()
         st = _L.kvc_case_generate(ctypes.byref(p), 0, ctypes.byref(self._case))

@@ -22,6 +22,16 @@ def _small(**kw):
     return generate(2, 1024, 128, 8, shuffle=True, seed=5, **kw)
 
 
+def test_huge_pages_same_case_same_bytes():
+    with _small() as a, _small(huge_pages=True) as b:
+        assert np.array_equal(a.state_cache, b.state_cache) and np.array_equal(a.block_table, b.block_table)
+        a.kv_cache[:] = 0x5C
+        b.kv_cache[:] = 0x5C
+        kvcompress.c128_256_512_compress(*a.inputs())
+        kvcompress.c128_256_512_compress(*b.inputs())
+        assert np.array_equal(a.kv_cache, b.kv_cache)
+
+
 def test_in_place_only_written_slots_change():
     with _small(kv_block_size=4) as c:
         rng = np.random.default_rng(0)
