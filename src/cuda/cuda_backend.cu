@@ -201,6 +201,9 @@ static int cuda_owns(const void *p) {
     return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged;
 }
 
+/* A workspace area's new capacity: cap where it holds need, else doubled (at least need). */
+static size_t ws_grow(size_t cap, size_t need) { return cap >= need ? cap : cap * 2 > need ? cap * 2 : need; }
+
 /* A device attribute, read once per device (fallback where it cannot be read). */
 static int dev_attr(int dev, cudaDeviceAttr at, int cache[64], int fallback) {
     if (!cache[dev] && cudaDeviceGetAttribute(&cache[dev], at, dev) != cudaSuccess) {
@@ -324,15 +327,14 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     /* workspace: the status word (256 B), the other kernels' area (tickets,
      * chunk states), then the slice area at a fixed offset: bad-block words,
      * then slice records (C = 128) or chunk states */
-    const size_t st_bytes = 256;
+    const size_t st_bytes = 256, tk_bytes = ((size_t)nout * 4 + 255) & ~(size_t)255;
     size_t gen_need = 0, slice_need = 0, slice_bad_bytes = 0;
     if (slice) {
         slice_bad_bytes = ((size_t)nout * 64 * P.pl.nchunk + 255) & ~(size_t)255;
         slice_need = slice_bad_bytes + (P.pl.nchunk == 1 ? (size_t)nout * kvc_cuda_d2::kSliceRec * 4
                                                          : (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4);
     } else {
-        gen_need = (((size_t)nout * 4 + 255) & ~(size_t)255) +
-                   (P.pl.nchunk > 1 ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0);
+        gen_need = tk_bytes + (P.pl.nchunk > 1 ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0);
     }
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_find(dev, stream, 1);
@@ -355,9 +357,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         }
         cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
         if (cap != cudaStreamCaptureStatusNone) cudaThreadExchangeStreamCaptureMode(&mode);
-        const size_t gen = ws->gen_cap >= gen_need ? ws->gen_cap : ws->gen_cap * 2 > gen_need ? ws->gen_cap * 2 : gen_need;
-        const size_t sl = ws->slice_cap >= slice_need ? ws->slice_cap
-                          : ws->slice_cap * 2 > slice_need ? ws->slice_cap * 2 : slice_need;
+        const size_t gen = ws_grow(ws->gen_cap, gen_need), sl = ws_grow(ws->slice_cap, slice_need);
         void *nb = NULL;
         err = cudaMalloc(&nb, st_bytes + gen + sl);
         cudaStream_t fs = stream;
@@ -386,7 +386,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     P.status = e->device_status ? e->device_status : (kvc_device_status *)buf;
     P.tickets = (unsigned *)(buf + st_bytes);
     P.chunk_states = slice ? (float *)(slice_area + slice_bad_bytes)
-                           : (float *)(buf + st_bytes + (((size_t)nout * 4 + 255) & ~(size_t)255));
+                           : (float *)(buf + st_bytes + tk_bytes);
     P.slice_bad = (long long *)slice_area;
     /* one memset for the library's status word and the tickets (adjacent);
      * none where the slice kernel runs: it zeroes the status word itself */

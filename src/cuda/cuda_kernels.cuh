@@ -458,6 +458,16 @@ __device__ __forceinline__ stv st_load(const float *src, int q) {
     return st;
 }
 
+/* acc[0] = acc[0 .. n) merged in tree order (n a power of two <= N). */
+template <int N>
+__device__ __forceinline__ void merge_tree(stv (&acc)[N], int n) {
+#pragma unroll
+    for (int w = 1; w < N; w *= 2)
+#pragma unroll
+        for (int k = 0; k + w < N; k += 2 * w)
+            if (k + w < n) st_merge(acc[k], acc[k + w]);
+}
+
 /* Merge n consecutive chunk states (a complete subtree, n a power of two
  * <= TREE_MAX): all loads are issued first, then the tree is merged in registers. */
 __device__ stv merge_chunks_tree(const float *base, long long k0, int n, int q) {
@@ -465,11 +475,7 @@ __device__ stv merge_chunks_tree(const float *base, long long k0, int n, int q) 
 #pragma unroll
     for (int k = 0; k < TREE_MAX; k++)
         if (k < n) acc[k] = st_load(base + (k0 + k) * (3 * 512), q);
-#pragma unroll
-    for (int w = 1; w < TREE_MAX; w *= 2)
-#pragma unroll
-        for (int k = 0; k + w < TREE_MAX; k += 2 * w)
-            if (k + w < n) st_merge(acc[k], acc[k + w]);
+    merge_tree(acc, n);
     return acc[0];
 }
 

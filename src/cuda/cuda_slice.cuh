@@ -352,10 +352,7 @@ __global__ void __launch_bounds__(NCH == 1 ? 128 : DG) slice_finish_kernel(const
 #pragma unroll
             for (int k = 0; k < NCH; k++) acc[k] = slice_take_state(P.chunk_states + (o * NCH + k) * (3 * 512), q);
         if (fin && !badblk) {
-#pragma unroll
-            for (int w = 1; w < NCH; w *= 2)
-#pragma unroll
-                for (int k = 0; k + w < NCH; k += 2 * w) st_merge(acc[k], acc[k + w]);
+            merge_tree(acc, NCH);
             nonfinite = finish_loaded<false>(P, inf, acc[0], q, smem, f);
         }
     }
