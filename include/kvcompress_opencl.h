@@ -6,8 +6,11 @@
  * cl_command_queue (required) and every tensor pointer of kvc_args holds a
  * cl_mem (cast), the tensor at offset 0 of that buffer.  The call is
  * enqueued without waiting; index values are checked by the kernel and the
- * first error is recorded in the status word of the queue's context, which
- * this function reads.  The device needs correctly rounded divide / sqrt and
+ * first error is recorded in the status word of that queue, which this
+ * function reads.  Each queue has its own status word and workspace, so
+ * calls on different queues of one context may run at once (SPEC 2.6); the
+ * queue must be in-order (an out-of-order queue is refused with
+ * KVC_ERROR_BAD_PARAMETER).  The device needs correctly rounded divide / sqrt and
  * denormals (CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT, CL_FP_DENORM).  The
  * status word's counters are 32-bit on the device: a call of more than
  * 2^31 - 1 outputs is refused (KVC_ERROR_BAD_SHAPE).
@@ -23,8 +26,8 @@ extern "C" {
 
 /**
  * kvc_opencl_read_status() -- read (blocking, on exec->stream, the
- * cl_command_queue) the device status word of the last OpenCL call in that
- * queue's context, or exec->device_status (a cl_mem) if set.
+ * cl_command_queue) the device status word of the last OpenCL call on that
+ * queue, or exec->device_status (a cl_mem) if set.
  * kvc_read_status() with exec->backend set to OpenCL.
  * @return KVC_OK, KVC_ERROR_BACKEND_UNAVAILABLE without OpenCL, or an error.
  */

@@ -5,7 +5,8 @@
  * kvc_args holds a cl_mem (cast to the pointer type), the tensor starting at
  * offset 0 of that buffer; exec->device_status, if set, is a cl_mem of at
  * least 40 bytes.  The program is built once per (context, device) and
- * cached; the status buffer the library owns is one per cache entry.
+ * cached; the status word the library owns and the kernels' workspace are
+ * one per command queue (SPEC 2.6: calls on two queues never share them).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -39,17 +40,30 @@ typedef struct {
     cl_kernel slice[2]; /* C = 128 / 256 / 512 (kvc_slice.cl): any stride, 1024 */
     cl_kernel finish;   /* after slice[]: one group per output            */
     cl_uint units;     /* compute units                                  */
-    cl_mem status;     /* library-owned status word                     */
-    cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
-    size_t states_bytes;
-    cl_mem tickets;    /* [outputs] int                                 */
-    size_t tickets_bytes;
 } cl_entry;
 
 #define KVC_CL_CACHE 16
 static cl_entry g_cache[KVC_CL_CACHE];
 static int g_ncache;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* What one command queue's calls use, in queue order: the library-owned
+ * status word and the kernels' workspace.  Keyed by (queue, context): a
+ * queue's handle is not reused while commands of it are queued, and the
+ * contexts are retained by g_cache. */
+typedef struct {
+    cl_command_queue q;
+    cl_context ctx;
+    cl_mem status;     /* library-owned status word                     */
+    cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
+    size_t states_bytes;
+    cl_mem tickets;    /* [outputs] int                                 */
+    size_t tickets_bytes;
+} cl_queue_ws;
+
+#define KVC_CL_MAX_QUEUES 256
+static cl_queue_ws g_qws[KVC_CL_MAX_QUEUES];
+static int g_nqws;
 
 static kvc_status cl_fail(cl_int err, const char *what) {
     return kvc_fail(KVC_ERROR_DEVICE, "OpenCL %s failed: error %d", what, (int)err);
@@ -148,7 +162,7 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     return p2;
 }
 
-/* The cached program (and status buffer) of the queue's context and device. */
+/* The cached program of the queue's context and device. */
 static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     cl_context ctx;
     cl_device_id dev;
@@ -211,12 +225,6 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
         return kvc_fail(KVC_ERROR_DEVICE, "OpenCL program build failed (%d): %.900s", (int)err, log);
     }
     prog = nv_tune(ctx, dev, prog);
-    cl_mem status = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(kvc_cl_status), NULL, &err);
-    if (err != CL_SUCCESS) {
-        clReleaseProgram(prog);
-        pthread_mutex_unlock(&g_lock);
-        return cl_fail(err, "clCreateBuffer(status)");
-    }
     cl_kernel kern = clCreateKernel(prog, "kvc_compress_kernel", &err);
     cl_kernel small = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_compress_small", &err) : NULL;
     cl_kernel wide = err == CL_SUCCESS && gpu ? clCreateKernel(prog, "kvc_compress_wide", &err) : NULL;
@@ -229,7 +237,6 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
         if (wide) clReleaseKernel(wide);
         if (small) clReleaseKernel(small);
         if (kern) clReleaseKernel(kern);
-        clReleaseMemObject(status);
         clReleaseProgram(prog);
         pthread_mutex_unlock(&g_lock);
         return cl_fail(err, "clCreateKernel");
@@ -237,7 +244,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     cl_uint units = 0;
     if (clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS || units == 0)
         units = 1;
-    cl_entry e = {ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish, units, status, NULL, 0, NULL, 0};
+    cl_entry e = {ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish, units};
     if (g_ncache < KVC_CL_CACHE) {
         clRetainContext(ctx);
         g_cache[g_ncache] = e;
@@ -250,11 +257,41 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
         if (wide) clReleaseKernel(wide);
         clReleaseKernel(small);
         clReleaseKernel(kern);
-        clReleaseMemObject(status);
         clReleaseProgram(prog);
     }
     pthread_mutex_unlock(&g_lock);
     return st;
+}
+
+/* The workspace of queue q (of context ctx), made on first use with its
+ * status word zeroed.  Caller holds g_lock.  An out-of-order queue is
+ * refused: a call's commands (status fill, kernels) rely on queue order. */
+static kvc_status queue_ws(cl_command_queue q, cl_context ctx, cl_queue_ws **out) {
+    for (int i = 0; i < g_nqws; i++)
+        if (g_qws[i].q == q && g_qws[i].ctx == ctx) {
+            *out = &g_qws[i];
+            return KVC_OK;
+        }
+    cl_command_queue_properties props = 0;
+    cl_int err = clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+    if (err != CL_SUCCESS) return cl_fail(err, "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
+    if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->stream is an out-of-order cl_command_queue: the OpenCL "
+                        "backend needs an in-order queue (a call's kernels run in queue order)");
+    if (g_nqws == KVC_CL_MAX_QUEUES)
+        return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "more than %d OpenCL command queues in use", KVC_CL_MAX_QUEUES);
+    cl_mem status = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(kvc_cl_status), NULL, &err);
+    if (err != CL_SUCCESS) return cl_fail(err, "clCreateBuffer(status)");
+    const cl_int zero = 0;
+    err = clEnqueueFillBuffer(q, status, &zero, sizeof zero, 0, sizeof(kvc_cl_status), 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        clReleaseMemObject(status);
+        return cl_fail(err, "clEnqueueFillBuffer(status)");
+    }
+    cl_queue_ws w = {q, ctx, status, NULL, 0, NULL, 0};
+    g_qws[g_nqws] = w;
+    *out = &g_qws[g_nqws++];
+    return KVC_OK;
 }
 
 /* Make *buf at least `need` bytes (under g_lock). */
@@ -312,7 +349,12 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
     cl_entry *ent;
     kvc_status st = get_entry(q, &ent);
     if (st != KVC_OK) return st;
-    cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ent->status;
+    cl_queue_ws *ws;
+    pthread_mutex_lock(&g_lock);
+    st = queue_ws(q, ent->ctx, &ws);
+    pthread_mutex_unlock(&g_lock);
+    if (st != KVC_OK) return st;
+    cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ws->status;
     cl_int err;
     const cl_int zero = 0;
     /* the status word is zeroed by a fill, or by the slice kernels
@@ -369,9 +411,9 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
     const size_t tickets_bytes = slice ? (size_t)pl.groups * 8 : (size_t)a->num_outputs * 4;
 
     pthread_mutex_lock(&g_lock);
-    st = grow(ent->ctx, &ent->states, &ent->states_bytes, states_bytes, "chunk-state");
-    if (st == KVC_OK) st = grow(ent->ctx, &ent->tickets, &ent->tickets_bytes, tickets_bytes, "ticket");
-    cl_mem states = ent->states, tickets = ent->tickets;
+    st = grow(ent->ctx, &ws->states, &ws->states_bytes, states_bytes, "chunk-state");
+    if (st == KVC_OK) st = grow(ent->ctx, &ws->tickets, &ws->tickets_bytes, tickets_bytes, "ticket");
+    cl_mem states = ws->states, tickets = ws->tickets;
     pthread_mutex_unlock(&g_lock);
     if (st != KVC_OK) {
         zero_status(q, status);
@@ -403,7 +445,12 @@ static kvc_status opencl_read_status(const kvc_exec *e, kvc_device_status *out) 
     cl_entry *ent;
     kvc_status st = get_entry(q, &ent);
     if (st != KVC_OK) return st;
-    cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ent->status;
+    cl_queue_ws *ws;
+    pthread_mutex_lock(&g_lock);
+    st = queue_ws(q, ent->ctx, &ws);
+    pthread_mutex_unlock(&g_lock);
+    if (st != KVC_OK) return st;
+    cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ws->status;
     kvc_cl_status s;
     cl_int err = clEnqueueReadBuffer(q, status, CL_TRUE, 0, sizeof s, &s, 0, NULL, NULL);
     if (err != CL_SUCCESS) return cl_fail(err, "clEnqueueReadBuffer(status)");

@@ -1,0 +1,189 @@
+/*
+ * test_opencl_queues -- SPEC 2.6 on the OpenCL backend: two different cases
+ * enqueued on two in-order queues of one context with no synchronisation
+ * between the queues, many times; every output byte-exact against the CPU
+ * backend and each queue's own status word right (written = the case's
+ * outputs).  The pairs mix the kernels (slice C = 128 records, slice
+ * C = 512 chunk states, the chunked kernel with tickets and chunk states,
+ * the one-segment kernel).  Every other iteration the second queue is
+ * finished before the first one's status is read, so that a status word or
+ * workspace shared by the two queues is caught even on a device that runs
+ * one command at a time.  Also: an out-of-order queue is refused with an
+ * error, never run (a call's kernels rely on queue order).
+ * Usage: test_opencl_queues [iterations]; exit 0 pass, 1 fail, 77 skip.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvc_kit.h"
+#include "kvcompress.h"
+#include "kvcompress_rand.h"
+#include "test_util.h"
+
+#ifdef KVC_KIT_WITH_OPENCL
+#include <CL/cl.h>
+
+#include "kvcompress_opencl.h"
+
+static const char *kSpecs[] = {
+    "reqs=2,tokens=2048,C=128,block=8,layout=shuffle",
+    "reqs=1,tokens=1280,C=40,block=7",
+    "reqs=2,tokens=1024,C=4,block=8,overlap=1,format=fp8",
+    "reqs=1,tokens=2048,C=512,block=8",
+};
+#define NCASES (int)(sizeof kSpecs / sizeof kSpecs[0])
+
+typedef struct {
+    kvc_case host;
+    kvc_kit_dev_args dev;
+    uint8_t *cpu_rows, *got, *rows;
+} ocl_case;
+
+/* Slot rows of kv_cache bytes `kv` (laid out as `a`), in output order. */
+static void rows_of(const kvc_args *a, const kvc_case *c, const uint8_t *kv, uint8_t *rows) {
+    kvc_args t = *a;
+    t.kv_cache = (uint8_t *)kv;
+    for (int64_t o = 0; o < a->num_outputs; o++)
+        kvc_kit_slot_row(&t, c->kv_slot_mapping[c->boundary_token_indices[o]], rows + o * KVC_SLOT_BYTES);
+}
+
+static int make_case(const char *spec, ocl_case *x) {
+    memset(x, 0, sizeof *x);
+    kvc_case_params p;
+    memset(&p, 0, sizeof p);
+    char msg[256] = "";
+    if (kvc_kit_parse_spec(spec, &p, msg, sizeof msg) || kvc_case_generate(&p, 0, &x->host) != KVC_OK) {
+        printf("FAIL case %s: %s %s\n", spec, msg, kvc_last_error_message());
+        return -1;
+    }
+    const kvc_args *a = &x->host.args;
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_CPU;
+    if (kvc_compress(a, &ex, NULL) != KVC_OK) {
+        printf("FAIL case %s: CPU: %s\n", spec, kvc_last_error_message());
+        return -1;
+    }
+    const size_t n = (size_t)a->num_outputs * KVC_SLOT_BYTES;
+    x->cpu_rows = malloc(n + 1);
+    x->rows = malloc(n + 1);
+    rows_of(a, &x->host, x->host.kv_cache, x->cpu_rows);
+    if (kvc_kit_upload(&kvc_kit_opencl_mem, a, &x->dev, msg, sizeof msg) != 0) {
+        printf("FAIL case %s: upload: %s\n", spec, msg);
+        return -1;
+    }
+    x->got = malloc(x->dev.kv_bytes + 16);
+    return 0;
+}
+
+static void free_case(ocl_case *x) {
+    kvc_kit_release(&kvc_kit_opencl_mem, &x->dev);
+    free(x->cpu_rows);
+    free(x->rows);
+    free(x->got);
+    kvc_case_free(&x->host);
+}
+
+/* An out-of-order queue: refused with KVC_ERROR_BAD_PARAMETER naming it. */
+static int out_of_order_refused(cl_context ctx, cl_device_id dev, ocl_case *x) {
+    cl_int err;
+    cl_command_queue q = clCreateCommandQueue(ctx, dev, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    if (err != CL_SUCCESS) {
+        printf("out-of-order queue: not supported by the device (%d), not checked\n", (int)err);
+        return 0;
+    }
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_OPENCL;
+    ex.stream = q;
+    const kvc_status st = kvc_compress(&x->dev.d, &ex, NULL);
+    const int ok = st == KVC_ERROR_BAD_PARAMETER && strstr(kvc_last_error_message(), "out-of-order") != NULL;
+    if (!ok) printf("FAIL out-of-order queue: status %d, \"%s\"\n", (int)st, kvc_last_error_message());
+    clFinish(q);
+    clReleaseCommandQueue(q);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    const int iters = argc > 1 ? atoi(argv[1]) : 12;
+    cl_command_queue kq = (cl_command_queue)kvc_kit_opencl_queue();
+    if (!kq || !kvc_backend_available(KVC_BACKEND_OPENCL)) {
+        printf("SKIP: no OpenCL device\n");
+        return TU_SKIP;
+    }
+    cl_context ctx;
+    cl_device_id dev;
+    clGetCommandQueueInfo(kq, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL);
+    clGetCommandQueueInfo(kq, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
+    ocl_case cs[NCASES];
+    for (int i = 0; i < NCASES; i++)
+        if (make_case(kSpecs[i], &cs[i])) return 1;
+    cl_command_queue q[2];
+    for (int k = 0; k < 2; k++) {
+        cl_int err;
+        q[k] = clCreateCommandQueue(ctx, dev, 0, &err);
+        if (err != CL_SUCCESS) {
+            printf("FAIL clCreateCommandQueue: %d\n", (int)err);
+            return 1;
+        }
+    }
+    int failures = out_of_order_refused(ctx, dev, &cs[0]);
+    for (int it = 0; it < iters; it++) {
+        /* pair (i, j): every ordered pair of different cases over the iterations */
+        const int i = it % NCASES, j = (i + 1 + (it / NCASES) % (NCASES - 1)) % NCASES;
+        const int pick[2] = {i, j};
+        kvc_exec ex[2];
+        for (int k = 0; k < 2; k++) {
+            ocl_case *x = &cs[pick[k]];
+            kvc_exec_init(&ex[k]);
+            ex[k].backend = KVC_BACKEND_OPENCL;
+            ex[k].stream = q[k];
+            const cl_uchar poison = (cl_uchar)((it * 37 + 11 * k) | 1);
+            if (clEnqueueFillBuffer(q[k], (cl_mem)x->dev.h[8], &poison, 1, 0, x->dev.kv_bytes, 0, NULL, NULL) !=
+                    CL_SUCCESS ||
+                kvc_compress(&x->dev.d, &ex[k], NULL) != KVC_OK ||
+                clEnqueueReadBuffer(q[k], (cl_mem)x->dev.h[8], CL_FALSE, 0, x->dev.kv_bytes, x->got, 0, NULL, NULL) !=
+                    CL_SUCCESS) {
+                printf("FAIL iteration %d queue %d %s: %s\n", it, k, kSpecs[pick[k]], kvc_last_error_message());
+                return 1;
+            }
+        }
+        clFlush(q[0]);
+        clFlush(q[1]);
+        if (it & 1) clFinish(q[1]); /* queue 1's call done before queue 0's status is read */
+        for (int k = 0; k < 2; k++) {
+            ocl_case *x = &cs[pick[k]];
+            kvc_device_status s;
+            const kvc_status st = kvc_opencl_read_status(&ex[k], &s); /* blocking, on q[k] */
+            clFinish(q[k]);
+            if (st != KVC_OK || s.status != 0 || s.outputs_written != x->host.args.num_outputs) {
+                printf("FAIL iteration %d queue %d %s (with %s): status %d / %d, %lld written of %lld\n", it, k,
+                       kSpecs[pick[k]], kSpecs[pick[1 - k]], (int)st, s.status, (long long)s.outputs_written,
+                       (long long)x->host.args.num_outputs);
+                failures++;
+                continue;
+            }
+            rows_of(&x->host.args, &x->host, x->got, x->rows);
+            const size_t n = (size_t)x->host.args.num_outputs * KVC_SLOT_BYTES;
+            if (memcmp(x->rows, x->cpu_rows, n) != 0) {
+                size_t b = 0;
+                while (x->rows[b] == x->cpu_rows[b]) b++;
+                printf("FAIL iteration %d queue %d %s (with %s): output %zu byte %zu 0x%02x, CPU 0x%02x\n", it, k,
+                       kSpecs[pick[k]], kSpecs[pick[1 - k]], b / KVC_SLOT_BYTES, b % KVC_SLOT_BYTES, x->rows[b],
+                       x->cpu_rows[b]);
+                failures++;
+            }
+        }
+    }
+    printf("%d iterations of two concurrent queues, %d failures\n", iters, failures);
+    for (int k = 0; k < 2; k++) clReleaseCommandQueue(q[k]);
+    for (int i = 0; i < NCASES; i++) free_case(&cs[i]);
+    return failures ? 1 : 0;
+}
+#else
+int main(void) {
+    printf("SKIP: built without the OpenCL kit\n");
+    return TU_SKIP;
+}
+#endif
