@@ -297,41 +297,42 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void kvc_slice_finish(
     const int ngroups = (int)(8 * nch);
     const int q = (int)get_local_id(0);
     __global const long *cr = check_record(&sh, &pl, chunk_states, o);
-    const long chk = cr[0], slot = cr[2], pc = cr[3];
-    const int fin = report_check(st, o, (int)chk, cr[1], slot, q == 0); /* (the same for all work-items) */
+    /* every load but cos/sin (row pc of the check record) at once, none
+     * waiting for the check: the records, states and bad-block words of
+     * every output lie at fixed places (what an invalid or padding output
+     * left there is read but not used) */
+    const long chk = cr[0], value = cr[1], slot = cr[2], pc = cr[3];
+    float z[4], c[4], ss = 0.0f, w[4], csv[4];
+    ushort h[4];
+    const int gbad = q < ngroups && tickets[2 * (ngroups * o + q)]; /* slice group q met a bad block */
+    if (nch == 1) { /* (the same branch for the whole group: its barriers below) */
+        __global const float *rec = chunk_states + o * KVC_CL_SLICE_REC;
+        const float4 c4 = vload4(q, rec), sa = vload4(128, rec), sb = vload4(129, rec);
+        c[0] = c4.x, c[1] = c4.y, c[2] = c4.z, c[3] = c4.w;
+        ss = KVC_ADD(KVC_ADD(KVC_ADD(sa.x, sa.y), KVC_ADD(sa.z, sa.w)),
+                     KVC_ADD(KVC_ADD(sb.x, sb.y), KVC_ADD(sb.z, sb.w)));
+    } else { /* 2 or 4 chunks of 16 segments: complete subtrees, merged pairwise */
+        __global const float *cs = chunk_states + o * nch * KVC_CL_CHUNK_STATE;
+        for (int hf = 0; hf < 2; hf++) { /* dims 4q + 2 hf, + 1 */
+            st2 x0 = chunk_state(cs, 2 * q + hf), x1 = chunk_state(cs + KVC_CL_CHUNK_STATE, 2 * q + hf);
+            st_merge(&x0, &x1);
+            if (nch == 4) {
+                st2 x2 = chunk_state(cs + 2 * KVC_CL_CHUNK_STATE, 2 * q + hf);
+                const st2 x3 = chunk_state(cs + 3 * KVC_CL_CHUNK_STATE, 2 * q + hf);
+                st_merge(&x2, &x3);
+                st_merge(&x0, &x2);
+            }
+            for (int k = 0; k < 2; k++) c[2 * hf + k] = KVC_DIV(x0.n[k], x0.d[k]);
+        }
+    }
+    const int fin = report_check(st, o, (int)chk, value, slot, q == 0); /* (the same for all work-items) */
+    if (fin) fin128_inputs(weight, cos_sin + pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, w, csv);
     if (q < 8) flags[q] = 0;
     if (q == 8) flags[8] = ngroups;
     barrier(CLK_LOCAL_MEM_FENCE);
     /* no return before the last barrier (PoCL 3.1 lost work-items at one) */
-    float z[4], c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ss = 0.0f, w[4], csv[4];
-    ushort h[4];
-    if (fin) {
-        fin128_inputs(weight, cos_sin + pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, w, csv);
-        if (q < ngroups && tickets[2 * (ngroups * o + q)]) atomic_min(&flags[8], q); /* group q met a bad block */
-    }
-    if (nch == 1) { /* (the same branch for the whole group: its barriers below) */
-        __global const float *rec = chunk_states + o * KVC_CL_SLICE_REC;
-        if (fin) {
-            const float4 c4 = vload4(q, rec), sa = vload4(128, rec), sb = vload4(129, rec);
-            c[0] = c4.x, c[1] = c4.y, c[2] = c4.z, c[3] = c4.w;
-            ss = KVC_ADD(KVC_ADD(KVC_ADD(sa.x, sa.y), KVC_ADD(sa.z, sa.w)),
-                         KVC_ADD(KVC_ADD(sb.x, sb.y), KVC_ADD(sb.z, sb.w)));
-        }
-    } else {
-        if (fin) { /* 2 or 4 chunks of 16 segments: complete subtrees, merged pairwise */
-            __global const float *cs = chunk_states + o * nch * KVC_CL_CHUNK_STATE;
-            for (int hf = 0; hf < 2; hf++) { /* dims 4q + 2 hf, + 1 */
-                st2 x0 = chunk_state(cs, 2 * q + hf), x1 = chunk_state(cs + KVC_CL_CHUNK_STATE, 2 * q + hf);
-                st_merge(&x0, &x1);
-                if (nch == 4) {
-                    st2 x2 = chunk_state(cs + 2 * KVC_CL_CHUNK_STATE, 2 * q + hf);
-                    const st2 x3 = chunk_state(cs + 3 * KVC_CL_CHUNK_STATE, 2 * q + hf);
-                    st_merge(&x2, &x3);
-                    st_merge(&x0, &x2);
-                }
-                for (int k = 0; k < 2; k++) c[2 * hf + k] = KVC_DIV(x0.n[k], x0.d[k]);
-            }
-        }
+    if (fin && gbad) atomic_min(&flags[8], q);
+    if (nch != 1) {
         /* the RMS tree: levels 1-2 in registers, 3-5 by 16 work-items, the rest by all */
         t[q] = KVC_ADD(KVC_ADD(KVC_MUL(c[0], c[0]), KVC_MUL(c[1], c[1])),
                        KVC_ADD(KVC_MUL(c[2], c[2]), KVC_MUL(c[3], c[3])));
