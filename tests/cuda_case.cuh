@@ -34,35 +34,16 @@ struct dev_case {
     char name[160];
 };
 
-/* Slot rows of kv_cache bytes `kv` (laid out as `a`), in output order. */
-static inline void tc_rows(const kvc_args *a, const kvc_case *c, const uint8_t *kv, uint8_t *rows) {
-    kvc_args t = *a;
-    t.kv_cache = (uint8_t *)kv;
-    for (int64_t o = 0; o < a->num_outputs; o++)
-        kvc_kit_slot_row(&t, c->kv_slot_mapping[c->boundary_token_indices[o]], rows + o * KVC_SLOT_BYTES);
-}
-
 /* Generate the case of `spec` (kvc_kit_parse_spec syntax), run it on the CPU, copy it to the device. */
 static inline int tc_make(const char *spec, dev_case *x) {
     memset(x, 0, sizeof *x);
     snprintf(x->name, sizeof x->name, "%s", spec);
-    kvc_case_params p;
-    memset(&p, 0, sizeof p);
-    char msg[256];
-    if (kvc_kit_parse_spec(spec, &p, msg, sizeof msg) || kvc_case_generate(&p, 0, &x->host) != KVC_OK) {
-        fprintf(stderr, "case %s: %s %s\n", spec, msg, kvc_last_error_message());
+    char msg[256] = "";
+    if (kvc_kit_case_with_cpu(spec, &x->host, &x->cpu_rows, msg, sizeof msg) != 0) {
+        fprintf(stderr, "case %s: %s\n", spec, msg);
         return -1;
     }
     const kvc_args *a = &x->host.args;
-    kvc_exec ex;
-    kvc_exec_init(&ex);
-    ex.backend = KVC_BACKEND_CPU;
-    if (kvc_compress(a, &ex, NULL) != KVC_OK) {
-        fprintf(stderr, "case %s: CPU: %s\n", spec, kvc_last_error_message());
-        return -1;
-    }
-    x->cpu_rows = (uint8_t *)malloc((size_t)a->num_outputs * KVC_SLOT_BYTES + 1);
-    tc_rows(a, &x->host, x->host.kv_cache, x->cpu_rows);
     const void *src[9];
     kvc_kit_tensors(a, src, x->bytes);
     for (int i = 0; i < 9; i++) {

@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
                 failures++;
                 continue;
             }
-            tc_rows(&x->host.args, &x->host, x->got, rows);
+            kvc_kit_output_rows(&x->host.args, &x->host, x->got, rows);
             if (memcmp(rows, x->cpu_rows, (size_t)x->host.args.num_outputs * KVC_SLOT_BYTES) != 0) {
                 printf("FAIL iteration %d device %d (%s): bytes differ from the CPU\n", it, d, x->name);
                 failures++;

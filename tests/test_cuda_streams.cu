@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
                 failures++;
                 continue;
             }
-            tc_rows(&x->host.args, &x->host, x->got, rows);
+            kvc_kit_output_rows(&x->host.args, &x->host, x->got, rows);
             const size_t n = (size_t)x->host.args.num_outputs * KVC_SLOT_BYTES;
             if (memcmp(rows, x->cpu_rows, n) != 0) {
                 size_t b = 0;

@@ -40,35 +40,15 @@ typedef struct {
     uint8_t *cpu_rows, *got, *rows;
 } ocl_case;
 
-/* Slot rows of kv_cache bytes `kv` (laid out as `a`), in output order. */
-static void rows_of(const kvc_args *a, const kvc_case *c, const uint8_t *kv, uint8_t *rows) {
-    kvc_args t = *a;
-    t.kv_cache = (uint8_t *)kv;
-    for (int64_t o = 0; o < a->num_outputs; o++)
-        kvc_kit_slot_row(&t, c->kv_slot_mapping[c->boundary_token_indices[o]], rows + o * KVC_SLOT_BYTES);
-}
-
 static int make_case(const char *spec, ocl_case *x) {
     memset(x, 0, sizeof *x);
-    kvc_case_params p;
-    memset(&p, 0, sizeof p);
     char msg[256] = "";
-    if (kvc_kit_parse_spec(spec, &p, msg, sizeof msg) || kvc_case_generate(&p, 0, &x->host) != KVC_OK) {
-        printf("FAIL case %s: %s %s\n", spec, msg, kvc_last_error_message());
+    if (kvc_kit_case_with_cpu(spec, &x->host, &x->cpu_rows, msg, sizeof msg) != 0) {
+        printf("FAIL case %s: %s\n", spec, msg);
         return -1;
     }
     const kvc_args *a = &x->host.args;
-    kvc_exec ex;
-    kvc_exec_init(&ex);
-    ex.backend = KVC_BACKEND_CPU;
-    if (kvc_compress(a, &ex, NULL) != KVC_OK) {
-        printf("FAIL case %s: CPU: %s\n", spec, kvc_last_error_message());
-        return -1;
-    }
-    const size_t n = (size_t)a->num_outputs * KVC_SLOT_BYTES;
-    x->cpu_rows = malloc(n + 1);
-    x->rows = malloc(n + 1);
-    rows_of(a, &x->host, x->host.kv_cache, x->cpu_rows);
+    x->rows = malloc((size_t)a->num_outputs * KVC_SLOT_BYTES + 1);
     if (kvc_kit_upload(&kvc_kit_opencl_mem, a, &x->dev, msg, sizeof msg) != 0) {
         printf("FAIL case %s: upload: %s\n", spec, msg);
         return -1;
@@ -164,7 +144,7 @@ int main(int argc, char **argv) {
                 failures++;
                 continue;
             }
-            rows_of(&x->host.args, &x->host, x->got, x->rows);
+            kvc_kit_output_rows(&x->host.args, &x->host, x->got, x->rows);
             const size_t n = (size_t)x->host.args.num_outputs * KVC_SLOT_BYTES;
             if (memcmp(x->rows, x->cpu_rows, n) != 0) {
                 size_t b = 0;

@@ -266,7 +266,7 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
 /* The workspace of queue q (of context ctx), made on first use with its
  * status word zeroed.  Caller holds g_lock.  An out-of-order queue is
  * refused: a call's commands (status fill, kernels) rely on queue order. */
-static kvc_status queue_ws(cl_command_queue q, cl_context ctx, cl_queue_ws **out) {
+static kvc_status queue_ws_locked(cl_command_queue q, cl_context ctx, cl_queue_ws **out) {
     for (int i = 0; i < g_nqws; i++)
         if (g_qws[i].q == q && g_qws[i].ctx == ctx) {
             *out = &g_qws[i];
@@ -292,6 +292,16 @@ static kvc_status queue_ws(cl_command_queue q, cl_context ctx, cl_queue_ws **out
     g_qws[g_nqws] = w;
     *out = &g_qws[g_nqws++];
     return KVC_OK;
+}
+
+/* Queue q's program (of its context and device) and workspace. */
+static kvc_status queue_of(cl_command_queue q, cl_entry **ent, cl_queue_ws **ws) {
+    kvc_status st = get_entry(q, ent);
+    if (st != KVC_OK) return st;
+    pthread_mutex_lock(&g_lock);
+    st = queue_ws_locked(q, (*ent)->ctx, ws);
+    pthread_mutex_unlock(&g_lock);
+    return st;
 }
 
 /* Make *buf at least `need` bytes (under g_lock). */
@@ -347,12 +357,8 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
         rep->device_async = 1;
     }
     cl_entry *ent;
-    kvc_status st = get_entry(q, &ent);
-    if (st != KVC_OK) return st;
     cl_queue_ws *ws;
-    pthread_mutex_lock(&g_lock);
-    st = queue_ws(q, ent->ctx, &ws);
-    pthread_mutex_unlock(&g_lock);
+    kvc_status st = queue_of(q, &ent, &ws);
     if (st != KVC_OK) return st;
     cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ws->status;
     cl_int err;
@@ -443,12 +449,8 @@ static kvc_status opencl_read_status(const kvc_exec *e, kvc_device_status *out) 
     cl_command_queue q = (cl_command_queue)e->stream;
     if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: need the cl_command_queue");
     cl_entry *ent;
-    kvc_status st = get_entry(q, &ent);
-    if (st != KVC_OK) return st;
     cl_queue_ws *ws;
-    pthread_mutex_lock(&g_lock);
-    st = queue_ws(q, ent->ctx, &ws);
-    pthread_mutex_unlock(&g_lock);
+    kvc_status st = queue_of(q, &ent, &ws);
     if (st != KVC_OK) return st;
     cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ws->status;
     kvc_cl_status s;

@@ -144,6 +144,38 @@ void kvc_kit_slot_row(const kvc_args *a, int64_t slot, uint8_t row[KVC_SLOT_BYTE
     memcpy(row + KVC_PAYLOAD_BYTES, a->kv_cache + scales, KVC_SCALE_BYTES);
 }
 
+void kvc_kit_output_rows(const kvc_args *a, const kvc_case *c, const uint8_t *kv, uint8_t *rows) {
+    kvc_args t = *a;
+    t.kv_cache = (uint8_t *)kv;
+    for (int64_t o = 0; o < a->num_outputs; o++)
+        kvc_kit_slot_row(&t, c->kv_slot_mapping[c->boundary_token_indices[o]], rows + o * KVC_SLOT_BYTES);
+}
+
+int kvc_kit_case_with_cpu(const char *spec, kvc_case *c, uint8_t **cpu_rows, char *msg, size_t msglen) {
+    kvc_case_params p;
+    memset(&p, 0, sizeof p);
+    *cpu_rows = NULL;
+    if (kvc_kit_parse_spec(spec, &p, msg, msglen) != 0) return -1;
+    if (kvc_case_generate(&p, 0, c) != KVC_OK) {
+        snprintf(msg, msglen, "generate: %s", kvc_last_error_message());
+        return -1;
+    }
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_CPU;
+    if (kvc_compress(&c->args, &ex, NULL) != KVC_OK) {
+        snprintf(msg, msglen, "CPU: %s", kvc_last_error_message());
+        return -1;
+    }
+    *cpu_rows = malloc((size_t)c->args.num_outputs * KVC_SLOT_BYTES + 1);
+    if (!*cpu_rows) {
+        snprintf(msg, msglen, "out of memory");
+        return -1;
+    }
+    kvc_kit_output_rows(&c->args, c, c->kv_cache, *cpu_rows);
+    return 0;
+}
+
 int kvc_kit_check_inputs(const kvc_golden_case *g, const kvc_case *c, char *msg, size_t msglen) {
     if (!g->has_checksums) return 0;
     const kvc_args *a = &c->args;

@@ -41,6 +41,15 @@ uint8_t *kvc_kit_read_file(const char *path, size_t *len);
 
 /** Copy slot `slot` of args' kv_cache as a golden row: 576 payload + 8 scale bytes. */
 void kvc_kit_slot_row(const kvc_args *a, int64_t slot, uint8_t row[KVC_SLOT_BYTES]);
+/**
+ * The case of `spec` (kvc_kit_parse_spec syntax) generated into *c and run
+ * on the CPU backend; *cpu_rows (malloc'd, num_outputs x 584 bytes) its
+ * output rows.  @return 0, or -1 with msg filled.
+ */
+int kvc_kit_case_with_cpu(const char *spec, kvc_case *c, uint8_t **cpu_rows, char *msg, size_t msglen);
+/** The slot rows of every output of case c (laid out as `a`) from kv_cache bytes `kv`, in output order:
+ * rows[num_outputs][584]. */
+void kvc_kit_output_rows(const kvc_args *a, const kvc_case *c, const uint8_t *kv, uint8_t *rows);
 
 /** Verify the four input checksums of a generated case.  @return 0 ok, else 1 (msg filled). */
 int kvc_kit_check_inputs(const kvc_golden_case *g, const kvc_case *c, char *msg, size_t msglen);
