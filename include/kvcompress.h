@@ -22,7 +22,11 @@
  * so calls in flight on different streams are independent; calls on one
  * stream are ordered by the stream.  (A CUDA graph captured on a stream
  * keeps using that stream's workspace: do not replay it concurrently with
- * other work on the stream it was captured on.)
+ * other work on the stream it was captured on.)  OpenCL backend: the same
+ * per command queue.  A call enqueues several commands, so threads that
+ * share one stream or queue must not call at the same time (their
+ * commands would interleave on the one workspace): give each thread its
+ * own stream or queue, or serialise the calls.
  */
 #ifndef KVCOMPRESS_H
 #define KVCOMPRESS_H
