@@ -23,10 +23,10 @@
  * stream are ordered by the stream.  (A CUDA graph captured on a stream
  * keeps using that stream's workspace: do not replay it concurrently with
  * other work on the stream it was captured on.)  OpenCL backend: the same
- * per command queue.  A call enqueues several commands, so threads that
- * share one stream or queue must not call at the same time (their
- * commands would interleave on the one workspace): give each thread its
- * own stream or queue, or serialise the calls.
+ * per command queue.  Several threads may also call at once on one stream
+ * or queue: a call enqueues its commands under that workspace's lock, so
+ * two calls' commands never interleave (they run one after the other, in
+ * the order the calls took the lock).
  */
 #ifndef KVCOMPRESS_H
 #define KVCOMPRESS_H

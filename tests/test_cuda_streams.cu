@@ -4,9 +4,13 @@
  * output byte-exact against the CPU backend, and each stream's own status
  * word right.  The pairs mix the kernels (slice, chunked with tickets and
  * chunk states, one-segment), including two chunked cases at once, the ones
- * that raced on the shared workspace.
+ * that raced on the shared workspace.  Then two host threads calling at
+ * once on ONE stream (two slice cases: two kernels a call, whose commands
+ * must not interleave on the stream's workspace).
  * Exit 0 pass, 1 fail, 77 no CUDA device.
  */
+#include <pthread.h>
+
 #include "cuda_case.cuh"
 #include "kvcompress_cuda.h"
 
@@ -18,6 +22,36 @@ static const char *kSpecs[] = {
     "reqs=1,tokens=8192,C=512,block=8",
 };
 #define NCASES (int)(sizeof kSpecs / sizeof kSpecs[0])
+
+/* Thread job: `iters` calls of case x on stream s, each copied back and compared. */
+struct shared_job {
+    cudaStream_t s;
+    dev_case *x;
+    uint8_t *rows;
+    int iters, failures;
+};
+
+static void *shared_stream_run(void *arg) {
+    shared_job *j = (shared_job *)arg;
+    dev_case *x = j->x;
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_CUDA;
+    ex.stream = j->s;
+    const size_t n = (size_t)x->host.args.num_outputs * KVC_SLOT_BYTES;
+    for (int it = 0; it < j->iters; it++) {
+        if (cudaMemsetAsync(x->d.kv_cache, (it * 29 + 7) | 1, x->bytes[8], j->s) != cudaSuccess ||
+            kvc_compress(&x->d, &ex, NULL) != KVC_OK ||
+            cudaMemcpyAsync(x->got, x->d.kv_cache, x->bytes[8], cudaMemcpyDeviceToHost, j->s) != cudaSuccess ||
+            cudaStreamSynchronize(j->s) != cudaSuccess) {
+            j->failures++;
+            continue;
+        }
+        kvc_kit_output_rows(&x->host.args, &x->host, x->got, j->rows);
+        if (memcmp(j->rows, x->cpu_rows, n) != 0) j->failures++;
+    }
+    return NULL;
+}
 
 int main(int argc, char **argv) {
     const int iters = argc > 1 ? atoi(argv[1]) : 40;
@@ -75,6 +109,15 @@ int main(int argc, char **argv) {
         }
     }
     printf("%d iterations of two concurrent streams, %d failures\n", iters, failures);
+    uint8_t *rows2 = (uint8_t *)malloc((size_t)64 << 20);
+    shared_job jobs[2] = {{st[0], &cs[0], rows, 4 * iters, 0}, {st[0], &cs[4], rows2, 4 * iters, 0}};
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++) pthread_create(&t[k], NULL, shared_stream_run, &jobs[k]);
+    for (int k = 0; k < 2; k++) pthread_join(t[k], NULL);
+    const int shared_failures = jobs[0].failures + jobs[1].failures;
+    printf("%d calls each of two threads on one stream, %d failures\n", 4 * iters, shared_failures);
+    failures += shared_failures;
+    free(rows2);
     for (int i = 0; i < NCASES; i++) tc_free(&cs[i]);
     free(rows);
     return failures ? 1 : 0;

@@ -8,10 +8,15 @@
  * the one-segment kernel).  Every other iteration the second queue is
  * finished before the first one's status is read, so that a status word or
  * workspace shared by the two queues is caught even on a device that runs
- * one command at a time.  Also: an out-of-order queue is refused with an
- * error, never run (a call's kernels rely on queue order).
+ * one command at a time.  Also: two host threads calling at once on ONE
+ * queue (each call's commands must go in together: no interleaving on
+ * the queue's workspace; without the library's lock the interleaving is a
+ * matter of timing, seen in about half the runs on PoCL), and an
+ * out-of-order queue is refused with an error, never run (a call's
+ * kernels rely on queue order).
  * Usage: test_opencl_queues [iterations]; exit 0 pass, 1 fail, 77 skip.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +68,48 @@ static void free_case(ocl_case *x) {
     free(x->rows);
     free(x->got);
     kvc_case_free(&x->host);
+}
+
+/* Thread job: `iters` calls of case x on queue q, each read back and compared. */
+typedef struct {
+    cl_command_queue q;
+    ocl_case *x;
+    int iters, failures;
+} shared_job;
+
+static void *shared_queue_run(void *arg) {
+    shared_job *j = arg;
+    ocl_case *x = j->x;
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_OPENCL;
+    ex.stream = j->q;
+    const size_t n = (size_t)x->host.args.num_outputs * KVC_SLOT_BYTES;
+    for (int it = 0; it < j->iters; it++) {
+        const cl_uchar poison = (cl_uchar)(it * 29 + 7);
+        if (clEnqueueFillBuffer(j->q, (cl_mem)x->dev.h[8], &poison, 1, 0, x->dev.kv_bytes, 0, NULL, NULL) !=
+                CL_SUCCESS ||
+            kvc_compress(&x->dev.d, &ex, NULL) != KVC_OK ||
+            clEnqueueReadBuffer(j->q, (cl_mem)x->dev.h[8], CL_TRUE, 0, x->dev.kv_bytes, x->got, 0, NULL, NULL) !=
+                CL_SUCCESS) {
+            j->failures++;
+            continue;
+        }
+        kvc_kit_output_rows(&x->host.args, &x->host, x->got, x->rows);
+        if (memcmp(x->rows, x->cpu_rows, n) != 0) j->failures++;
+    }
+    return NULL;
+}
+
+/* Two threads, one queue, two slice cases (two kernels a call) at once. */
+static int one_queue_two_threads(cl_command_queue q, ocl_case *a, ocl_case *b, int iters) {
+    shared_job jobs[2] = {{q, a, iters, 0}, {q, b, iters, 0}};
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++) pthread_create(&t[k], NULL, shared_queue_run, &jobs[k]);
+    for (int k = 0; k < 2; k++) pthread_join(t[k], NULL);
+    const int f = jobs[0].failures + jobs[1].failures;
+    printf("%d calls each of two threads on one queue, %d failures\n", iters, f);
+    return f;
 }
 
 /* An out-of-order queue: refused with KVC_ERROR_BAD_PARAMETER naming it. */
@@ -157,6 +204,7 @@ int main(int argc, char **argv) {
         }
     }
     printf("%d iterations of two concurrent queues, %d failures\n", iters, failures);
+    failures += one_queue_two_threads(q[0], &cs[0], &cs[3], 16 * iters);
     for (int k = 0; k < 2; k++) clReleaseCommandQueue(q[k]);
     for (int i = 0; i < NCASES; i++) free_case(&cs[i]);
     return failures ? 1 : 0;

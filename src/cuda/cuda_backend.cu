@@ -147,11 +147,16 @@ template <int NCH> static slice_fn pick_finish(int fastnum) {
 /* Workspace (status word, tickets, chunk states) per (device, stream), so
  * that calls on different streams never share mutable memory (SPEC 2.6).
  * cudaStreamPerThread names a different stream on every host thread: its
- * entries are keyed by the thread as well. */
+ * entries are keyed by the thread as well.  A call holds its entry's lock
+ * from the workspace's growth to its last launch, so that the commands of
+ * two threads' calls on one stream never interleave on the one workspace
+ * (a finisher would poll records another call's finisher put back to
+ * "empty": a hang). */
 typedef struct {
     int dev;
     cudaStream_t stream;
     pthread_t thread;
+    pthread_mutex_t call; /* held by a call from the workspace's growth to its last launch */
     void *buf;
     size_t gen_cap;   /* bytes after the status word for the other kernels' tickets and chunk states */
     size_t slice_cap; /* bytes of the slice area after those: every word EMPTY (all bits set) between calls */
@@ -172,6 +177,7 @@ static device_ws *ws_find(int dev, cudaStream_t stream, int create) {
     if (!create || g_nws == KVC_CUDA_MAX_STREAMS) return NULL;
     device_ws *w = &g_ws[g_nws++];
     memset(w, 0, sizeof *w);
+    pthread_mutex_init(&w->call, NULL);
     w->dev = dev;
     w->stream = stream;
     w->thread = self;
@@ -338,11 +344,15 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     }
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_find(dev, stream, 1);
-    if (!ws) {
-        pthread_mutex_unlock(&g_ws_lock);
+    pthread_mutex_unlock(&g_ws_lock);
+    if (!ws)
         return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CUDA: workspaces for more than %d (device, stream) pairs",
                         KVC_CUDA_MAX_STREAMS);
-    }
+    struct call_lock { /* ws->call, released on every return below */
+        pthread_mutex_t *m;
+        ~call_lock() { pthread_mutex_unlock(m); }
+    } held = {&ws->call};
+    pthread_mutex_lock(held.m);
     if (!ws->buf || ws->gen_cap < gen_need || ws->slice_cap < slice_need) {
         /* A workspace only grows, and the old buffer is kept: a CUDA graph
          * captured earlier may still use it.  Doubling bounds the total at
@@ -372,7 +382,6 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         if (err != cudaSuccess) {
             cudaGetLastError();
             if (nb) cudaFree(nb);
-            pthread_mutex_unlock(&g_ws_lock);
             return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CUDA workspace of %zu bytes: %s", st_bytes + gen + sl,
                             cudaGetErrorString(err));
         }
@@ -382,7 +391,6 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     }
     char *buf = (char *)ws->buf;
     char *slice_area = buf + st_bytes + ws->gen_cap;
-    pthread_mutex_unlock(&g_ws_lock);
     P.status = e->device_status ? e->device_status : (kvc_device_status *)buf;
     P.tickets = (unsigned *)(buf + st_bytes);
     P.chunk_states = slice ? (float *)(slice_area + slice_bad_bytes)
@@ -462,9 +470,13 @@ static kvc_status cuda_read_status(const kvc_exec *e, kvc_device_status *out) {
     const void *src = e && e->device_status ? (const void *)e->device_status : NULL;
     if (!src) {
         pthread_mutex_lock(&g_ws_lock);
-        const device_ws *w = ws_find(dev, stream, 0);
-        src = w ? w->buf : NULL;
+        device_ws *w = ws_find(dev, stream, 0);
         pthread_mutex_unlock(&g_ws_lock);
+        if (w) { /* (buf changes under the call lock) */
+            pthread_mutex_lock(&w->call);
+            src = w->buf;
+            pthread_mutex_unlock(&w->call);
+        }
     }
     if (!src) {
         memset(out, 0, sizeof *out);

@@ -50,10 +50,13 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 /* What one command queue's calls use, in queue order: the library-owned
  * status word and the kernels' workspace.  Keyed by (queue, context): a
  * queue's handle is not reused while commands of it are queued, and the
- * contexts are retained by g_cache. */
+ * contexts are retained by g_cache.  A call holds `call` while it grows the
+ * workspace and enqueues its commands, so that two threads' calls on one
+ * queue never interleave on it. */
 typedef struct {
     cl_command_queue q;
     cl_context ctx;
+    pthread_mutex_t call;
     cl_mem status;     /* library-owned status word                     */
     cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
     size_t states_bytes;
@@ -288,9 +291,13 @@ static kvc_status queue_ws_locked(cl_command_queue q, cl_context ctx, cl_queue_w
         clReleaseMemObject(status);
         return cl_fail(err, "clEnqueueFillBuffer(status)");
     }
-    cl_queue_ws w = {q, ctx, status, NULL, 0, NULL, 0};
-    g_qws[g_nqws] = w;
-    *out = &g_qws[g_nqws++];
+    cl_queue_ws *w = &g_qws[g_nqws++];
+    memset(w, 0, sizeof *w);
+    w->q = q;
+    w->ctx = ctx;
+    w->status = status;
+    pthread_mutex_init(&w->call, NULL);
+    *out = w;
     return KVC_OK;
 }
 
@@ -349,18 +356,11 @@ static kvc_status zero_status(cl_command_queue q, cl_mem status) {
     return err == CL_SUCCESS ? KVC_OK : cl_fail(err, "clEnqueueFillBuffer(status)");
 }
 
-static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
-    cl_command_queue q = (cl_command_queue)e->stream;
-    if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: the OpenCL backend needs a cl_command_queue");
-    if (rep) {
-        rep->outputs_written = rep->outputs_padding = rep->outputs_nonfinite = -1;
-        rep->device_async = 1;
-    }
-    cl_entry *ent;
-    cl_queue_ws *ws;
-    kvc_status st = queue_of(q, &ent, &ws);
-    if (st != KVC_OK) return st;
+/* The commands of one call on queue q (the caller holds ws->call). */
+static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_queue q, const cl_entry *ent,
+                               cl_queue_ws *ws) {
     cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ws->status;
+    kvc_status st;
     cl_int err;
     const cl_int zero = 0;
     /* the status word is zeroed by a fill, or by the slice kernels
@@ -443,6 +443,23 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
     }
     cl_kernel k = pl.small_k ? ent->small : wide ? ent->wide : ent->kern;
     return enqueue(q, k, &sh, &pl, bufs, pl.groups, wide ? 512 : 256); /* KVC_CL_WG of kvc_kernel.cl */
+}
+
+static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
+    cl_command_queue q = (cl_command_queue)e->stream;
+    if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: the OpenCL backend needs a cl_command_queue");
+    if (rep) {
+        rep->outputs_written = rep->outputs_padding = rep->outputs_nonfinite = -1;
+        rep->device_async = 1;
+    }
+    cl_entry *ent;
+    cl_queue_ws *ws;
+    kvc_status st = queue_of(q, &ent, &ws);
+    if (st != KVC_OK) return st;
+    pthread_mutex_lock(&ws->call);
+    st = enqueue_call(a, e, q, ent, ws);
+    pthread_mutex_unlock(&ws->call);
+    return st;
 }
 
 static kvc_status opencl_read_status(const kvc_exec *e, kvc_device_status *out) {
