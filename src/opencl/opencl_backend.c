@@ -311,7 +311,7 @@ static kvc_status queue_of(cl_command_queue q, cl_entry **ent, cl_queue_ws **ws)
     return st;
 }
 
-/* Make *buf at least `need` bytes (under g_lock). */
+/* Make *buf at least `need` bytes (under the queue's call lock). */
 static kvc_status grow(cl_context ctx, cl_mem *buf, size_t *have, size_t need, const char *what) {
     if (*have >= need) return KVC_OK;
     if (*buf) clReleaseMemObject(*buf);
@@ -416,11 +416,9 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
                                                 : 16;
     const size_t tickets_bytes = slice ? (size_t)pl.groups * 8 : (size_t)a->num_outputs * 4;
 
-    pthread_mutex_lock(&g_lock);
     st = grow(ent->ctx, &ws->states, &ws->states_bytes, states_bytes, "chunk-state");
     if (st == KVC_OK) st = grow(ent->ctx, &ws->tickets, &ws->tickets_bytes, tickets_bytes, "ticket");
     cl_mem states = ws->states, tickets = ws->tickets;
-    pthread_mutex_unlock(&g_lock);
     if (st != KVC_OK) {
         zero_status(q, status);
         return st;
