@@ -307,71 +307,111 @@ static inline void fin_inputs(__global const ushort *w, __global const float *cs
 }
 
 /*
- * Finalise one output from c[512] with the whole group (work-item q: dims
- * 2q, 2q+1), in the canonical order of kvc_finalize_slot (kvc_canon.h):
- *   - RMS sum: the balanced pairwise tree, level 1 in registers into
- *     t[0..255]; levels 2-4 by 32 work-items into u[0..31], levels 5-9 by
- *     every work-item from u (broadcast reads): the same pairs as level by
- *     level, in two barriers;
- *   - group amax: a max of non-negative values, exact in any order, taken
- *     as an integer max of the float bits (+0 = 0; a NaN only where the
- *     slot is non-finite anyway) by local atomics (faster on the H200 than
- *     every work-item reading its group's 32 maxima: bench/NOTES.md);
- *   - RoPE pair q - 224 on work-items q >= 224, NOPE dims on q < 224.
- * Every work-item calls it (its barriers); active = 0 writes nothing.
+ * The finaliser's stages for work-item q (dims 2q, 2q+1), in the canonical
+ * order of kvc_finalize_slot (kvc_canon.h); each stage reads what the one
+ * before it left in local memory, so a barrier separates them.  Local
+ * memory: t 256 floats, u 32, fl KVC_CL_FIN_FLAGS ints (16-byte aligned):
+ * fl[0] = 1 where anything is non-finite, fl[8 + q] work-item q's amax
+ * bits (q < 224), fl[232 + 8 g + p] part p of NOPE group g's.
+ *   1. fin_level1: t[q], level 1 of the RMS sum's balanced pairwise tree of
+ *      512 leaves (in registers); fl[0] zeroed;
+ *   2. fin_levels2to4: levels 2-4 by work-items 0..31 into u[0..31];
+ *   3. fin_prepare: levels 5-9 by every work-item from u (broadcast reads:
+ *      the same pairs as level by level), the RMS scale, y, and the bf16
+ *      values: NOPE dims (q < 224) into z, the larger |z| into fl[8 + q];
+ *      RoPE pair q - 224 (q >= 224) rotated into h;
+ *   4. fin_amax: work-items 0..55 take the max of 4 work-items' (one 16-byte
+ *      read each, no bank conflicts);
+ *   5. fin_store: each NOPE group's amax from its 8 parts, the slot's
+ *      bytes.  @return 1 if it was written non-finite.
+ * The group amax is a max of non-negative values, exact in any order, taken
+ * as an integer max of the float bits (+0 = 0; a NaN only where the slot is
+ * non-finite anyway); read back this way instead of by local atomics on
+ * one address per group, which serialise a warp's 32 work-items (1% faster
+ * on the H200: bench/NOTES.md, o15).
  * w0, w1: the RMSNorm weights of the work-item's dims, cj, sj: the cos/sin
  * of its RoPE pair (fin_inputs).
- * flags: 8 ints of local memory.  @return (all work-items) 1 if the slot was
- * written as non-finite.
  */
-static int finalize_group(int active, __local const float *c, __local float *t, __local float *u,
-                          __local int *flags, float w0, float w1, float cj, float sj, float eps, int fp8,
-                          __global uchar *payload, __global uchar *scales, int q0, int wide) {
-    /* wide (a literal): 512 work-items call it, those from 256 on only for
-     * the barriers */
-    const int on = !wide || q0 < 256, q = wide ? (q0 & 255) : q0;
-    if (on && q < 8) flags[q] = 0;
-    const float c0 = c[2 * q], c1 = c[2 * q + 1];
-    int bad = on ? kvc_nonfinite(c0) | kvc_nonfinite(c1) : 0;
-    if (on) t[q] = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1)); /* level 1 of the 512-leaf tree */
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (on && q < 32) u[q] = tree8_local(t + 8 * q);
-    barrier(CLK_LOCAL_MEM_FENCE);
+#define KVC_CL_FIN_FLAGS 288
+static inline void fin_level1(float c0, float c1, __local float *t, __local int *fl, int q) {
+    if (q == 0) fl[0] = 0;
+    t[q] = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
+}
+static inline void fin_levels2to4(__local const float *t, __local float *u, int q) {
+    if (q < 32) u[q] = tree8_local(t + 8 * q);
+}
+static inline void fin_prepare(float c0, float c1, __local const float *u, float w0, float w1, float cj, float sj,
+                               float eps, int q, float z[2], ushort h[2], __local int *fl) {
     const float ss =
         KVC_ADD(KVC_ADD(tree8_local(u), tree8_local(u + 8)), KVC_ADD(tree8_local(u + 16), tree8_local(u + 24)));
     const float rr = kvc_rms_scale(ss, eps);
     const float y0 = kvc_rms_apply(c0, rr, w0);
     const float y1 = kvc_rms_apply(c1, rr, w1);
-    bad |= on ? kvc_nonfinite(y0) | kvc_nonfinite(y1) : 0;
-    ushort h0, h1;
-    float z0 = 0.0f, z1 = 0.0f;
+    int bad = kvc_nonfinite(c0) | kvc_nonfinite(c1) | kvc_nonfinite(y0) | kvc_nonfinite(y1);
+    z[0] = z[1] = 0.0f;
+    h[0] = h[1] = 0;
     if (q < 224) { /* NOPE */
-        bad |= kvc_nope_bf16(y0, &z0) | kvc_nope_bf16(y1, &z1);
-        const float a0 = z0 < 0.0f ? -z0 : z0, a1 = z1 < 0.0f ? -z1 : z1;
-        if (on) atomic_max(&flags[1 + q / 32], (int)as_uint(kvc_max(a0, a1)));
+        bad |= kvc_nope_bf16(y0, &z[0]) | kvc_nope_bf16(y1, &z[1]);
+        const float a0 = z[0] < 0.0f ? -z[0] : z[0], a1 = z[1] < 0.0f ? -z[1] : z[1];
+        fl[8 + q] = (int)as_uint(kvc_max(a0, a1));
     } else { /* RoPE pair j = q - 224 */
-        bad |= kvc_rope_bf16(y0, y1, cj, sj, &h0, &h1);
+        bad |= kvc_rope_bf16(y0, y1, cj, sj, &h[0], &h[1]);
     }
-    if (on && bad) flags[0] = 1;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    bad = flags[0];
-    if (active && on) {
-        if (q < 224) {
-            const int e = kvc_group_exponent(as_float((uint)flags[1 + q / 32]), fp8);
-            payload[2 * q] = bad ? 0 : kvc_nope_code(z0, e, fp8);
-            payload[2 * q + 1] = bad ? 0 : kvc_nope_code(z1, e, fp8);
-            if (q % 32 == 0) scales[q / 32] = kvc_scale_byte(e, bad);
-        } else {
-            __global uchar *rp = payload + 448 + 4 * (q - 224);
-            if (bad) h0 = h1 = KVC_BF16_QNAN;
-            rp[0] = (uchar)(h0 & 0xFF);
-            rp[1] = (uchar)(h0 >> 8);
-            rp[2] = (uchar)(h1 & 0xFF);
-            rp[3] = (uchar)(h1 >> 8);
-        }
-        if (q == 0) scales[7] = 0;
+    if (bad) fl[0] = 1;
+}
+static inline void fin_amax(__local int *fl, int q) {
+    if (q < 56) {
+        const int4 a = ((__local const int4 *)(fl + 8))[q];
+        fl[232 + q] = max(max(a.x, a.y), max(a.z, a.w));
     }
+}
+static inline int fin_store(const float z[2], const ushort h[2], __local const int *fl, int fp8,
+                            __global uchar *payload, __global uchar *scales, int q) {
+    const int bad = fl[0];
+    if (q < 224) {
+        const int4 a = ((__local const int4 *)(fl + 232))[2 * (q / 32)];
+        const int4 b = ((__local const int4 *)(fl + 232))[2 * (q / 32) + 1];
+        const int m = max(max(max(a.x, a.y), max(a.z, a.w)), max(max(b.x, b.y), max(b.z, b.w)));
+        const int e = kvc_group_exponent(as_float((uint)m), fp8);
+        payload[2 * q] = bad ? 0 : kvc_nope_code(z[0], e, fp8);
+        payload[2 * q + 1] = bad ? 0 : kvc_nope_code(z[1], e, fp8);
+        if (q % 32 == 0) scales[q / 32] = kvc_scale_byte(e, bad);
+    } else {
+        __global uchar *rp = payload + 448 + 4 * (q - 224);
+        const ushort h0 = bad ? KVC_BF16_QNAN : h[0], h1 = bad ? KVC_BF16_QNAN : h[1];
+        rp[0] = (uchar)(h0 & 0xFF);
+        rp[1] = (uchar)(h0 >> 8);
+        rp[2] = (uchar)(h1 & 0xFF);
+        rp[3] = (uchar)(h1 >> 8);
+    }
+    if (q == 0) scales[7] = 0;
     return bad;
+}
+
+/*
+ * Finalise one output from c[512] with the whole group, the five stages
+ * above between four barriers.  Every work-item calls it (its barriers);
+ * active = 0 writes nothing; wide (a literal): 512 work-items call it,
+ * those from 256 on only for the barriers.  @return (all work-items) 1 if
+ * the slot was written as non-finite.
+ */
+static int finalize_group(int active, __local const float *c, __local float *t, __local float *u,
+                          __local int *fl, float w0, float w1, float cj, float sj, float eps, int fp8,
+                          __global uchar *payload, __global uchar *scales, int q0, int wide) {
+    const int on = !wide || q0 < 256, q = wide ? (q0 & 255) : q0;
+    const float c0 = c[2 * q], c1 = c[2 * q + 1];
+    float z[2];
+    ushort h[2];
+    if (on) fin_level1(c0, c1, t, fl, q);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (on) fin_levels2to4(t, u, q);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (on) fin_prepare(c0, c1, u, w0, w1, cj, sj, eps, q, z, h, fl);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (on) fin_amax(fl, q);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (active && on) fin_store(z, h, fl, fp8, payload, scales, q);
+    return fl[0];
 }
 
 /* Every kernel takes the same arguments, set the same way by the host
@@ -502,7 +542,7 @@ static void finish_output(int fin, __local float *c, __local float *t, __local f
  * (one work-group per SM, much slower; bench/NOTES.md). */
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_kernel(KVC_CL_KERNEL_ARGS) {
     __local float c[512], t[256], u[256];
-    __local int flags[8];
+    __local int flags[KVC_CL_FIN_FLAGS] __attribute__((aligned(16)));
     __local long rowoff[KVC_CL_MAX_CH * KVC_SEG];
     __local int last, bad, masked;
     __local long bad_g;
@@ -688,7 +728,7 @@ static st1 reduce_wide(__global const float *col, __local const long *rowoff, lo
  * finalised at once with one chunk per output. */
 __kernel __attribute__((reqd_work_group_size(2 * KVC_CL_WG, 1, 1))) void kvc_compress_wide(KVC_CL_KERNEL_ARGS) {
     __local float c[512], t[256], u[256];
-    __local int flags[8];
+    __local int flags[KVC_CL_FIN_FLAGS] __attribute__((aligned(16)));
     __local long rowoff[KVC_CL_MAX_CH * KVC_SEG];
     __local int last, bad, masked;
     __local long bad_g;
@@ -753,7 +793,7 @@ __kernel __attribute__((reqd_work_group_size(2 * KVC_CL_WG, 1, 1))) void kvc_com
 
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_small(KVC_CL_KERNEL_ARGS) {
     __local float c[512], t[256], u[256];
-    __local int flags[8];
+    __local int flags[KVC_CL_FIN_FLAGS] __attribute__((aligned(16)));
     __local long rowoff[KVC_CL_SMALL_K * KVC_SEG];
     __local long s_slot[KVC_CL_SMALL_K], s_pc[KVC_CL_SMALL_K], s_r[KVC_CL_SMALL_K], s_p[KVC_CL_SMALL_K],
         s_badg[KVC_CL_SMALL_K];

@@ -230,8 +230,9 @@ static inline st2 chunk_state(__global const float *cs, int q) {
  * fin128_inputs: its RMSNorm weights and cos/sin.  fin128_prepare: y, the
  * bf16 values (NOPE) or rotated bits (RoPE) into z / h, and the flags in
  * local memory fl[0..7] (zeroed by the caller before a barrier): fl[0] a
- * non-finite value anywhere, fl[1 + g] group g's amax bits (local atomics,
- * as finalize_group).  After a barrier, fin128_store writes the slot.
+ * non-finite value anywhere, fl[1 + g] group g's amax bits (the integer
+ * max of finalize_group's stages, here by local atomics: 16 work-items per
+ * address).  After a barrier, fin128_store writes the slot.
  */
 static inline void fin128_inputs(__global const ushort *weight, __global const float *cs, int interleaved, int q,
                                  float w[4], float csv[4]) {

@@ -102,8 +102,8 @@ static int opencl_available(void) {
  * (2-dims kernel); ".L2::256B" on top gained nothing (bench/NOTES.md).
  *
  * The directives (opencl_tuning.h): the wide kernel at .minnctapersm 2, the
- * slice kernels at 4, the 2-dims and one-segment kernels as built; .cs
- * loads in the 2-dims, wide and slice kernels.
+ * one-segment kernel at 3, the slice kernels at 4, the 2-dims kernel as
+ * built; .cs loads in the 2-dims, wide and slice kernels.
  * KVC_OPENCL_DUMP=file writes the built program binary (PTX on NVIDIA).  Any
  * failure keeps the program as built.
  */
@@ -136,6 +136,7 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     if (tune && strstr(bin, ".target sm_") && !strstr(bin, ".minnctapersm")) {
         /* (each edit stays inside its own entry) */
         bin = kvc_ptx_minb(bin, "kvc_compress_wide", KVC_OPENCL_NV_MINB_WIDE, &done);
+        bin = kvc_ptx_minb(bin, "kvc_compress_small", KVC_OPENCL_NV_MINB_SMALL, &done);
         bin = kvc_ptx_streaming(bin, "kvc_compress_kernel", &done);
         bin = kvc_ptx_streaming(bin, "kvc_compress_wide", &done);
         bin = kvc_ptx_minb(bin, "kvc_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
