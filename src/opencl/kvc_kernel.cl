@@ -309,30 +309,34 @@ static inline void fin_inputs(__global const ushort *w, __global const float *cs
 /*
  * The finaliser's stages for work-item q (dims 2q, 2q+1), in the canonical
  * order of kvc_finalize_slot (kvc_canon.h); each stage reads what the one
- * before it left in local memory, so a barrier separates them.  Local
- * memory: t 256 floats, u 32, fl KVC_CL_FIN_FLAGS ints (16-byte aligned):
- * fl[0] = 1 where anything is non-finite, fl[8 + q] work-item q's amax
- * bits (q < 224), fl[232 + 8 g + p] part p of NOPE group g's.
+ * before it left in local memory, so a barrier separates them.  What is
+ * one value per output or per NOPE group (the RMS scale, the exponents) is
+ * computed once, by the first warp's work-items, not by every work-item:
+ * the one-segment kernel is issue-bound (bench/NOTES.md, o15-o17).
+ * Local memory: t 256 floats, u 33 (u[32]: the RMS scale), fl
+ * KVC_CL_FIN_FLAGS ints, 16-byte aligned: fl[0] = 1 where anything is
+ * non-finite, fl[KVC_CL_AM(q)] work-item q's amax bits (q < 224; 36 ints
+ * per NOPE group, so that the 7 readers' 16-byte reads meet no bank
+ * conflict), fl[256 + g] NOPE group g's exponent.
  *   1. fin_level1: t[q], level 1 of the RMS sum's balanced pairwise tree of
  *      512 leaves (in registers); fl[0] zeroed;
  *   2. fin_levels2to4: levels 2-4 by work-items 0..31 into u[0..31];
- *   3. fin_prepare: levels 5-9 by every work-item from u (broadcast reads:
- *      the same pairs as level by level), the RMS scale, y, and the bf16
- *      values: NOPE dims (q < 224) into z, the larger |z| into fl[8 + q];
- *      RoPE pair q - 224 (q >= 224) rotated into h;
- *   4. fin_amax: work-items 0..55 take the max of 4 work-items' (one 16-byte
- *      read each, no bank conflicts);
- *   5. fin_store: each NOPE group's amax from its 8 parts, the slot's
- *      bytes.  @return 1 if it was written non-finite.
- * The group amax is a max of non-negative values, exact in any order, taken
- * as an integer max of the float bits (+0 = 0; a NaN only where the slot is
- * non-finite anyway); read back this way instead of by local atomics on
- * one address per group, which serialise a warp's 32 work-items (1% faster
- * on the H200: bench/NOTES.md, o15).
+ *   3. fin_scale: levels 5-9 and the RMS scale into u[32], by work-item 0
+ *      (with work-items 0..31 computing it alike, PoCL 3.1 gave wrong
+ *      bytes);
+ *   4. fin_prepare: y and the bf16 values: NOPE dims (q < 224) into z, the
+ *      larger |z| into fl[KVC_CL_AM(q)]; RoPE pair q - 224 (q >= 224)
+ *      rotated into h;
+ *   5. fin_exponents: work-item g < 7 NOPE group g's amax and exponent.
+ *      The amax is a max of non-negative values, exact in any order, taken
+ *      as an integer max of the float bits (+0 = 0; a NaN only where the
+ *      slot is non-finite anyway);
+ *   6. fin_store: the slot's bytes.  @return 1 if it was written non-finite.
  * w0, w1: the RMSNorm weights of the work-item's dims, cj, sj: the cos/sin
  * of its RoPE pair (fin_inputs).
  */
-#define KVC_CL_FIN_FLAGS 288
+#define KVC_CL_FIN_FLAGS 264
+#define KVC_CL_AM(q) (8 + (q) + 4 * ((q) / 32))
 static inline void fin_level1(float c0, float c1, __local float *t, __local int *fl, int q) {
     if (q == 0) fl[0] = 0;
     t[q] = KVC_ADD(KVC_MUL(c0, c0), KVC_MUL(c1, c1));
@@ -340,11 +344,14 @@ static inline void fin_level1(float c0, float c1, __local float *t, __local int 
 static inline void fin_levels2to4(__local const float *t, __local float *u, int q) {
     if (q < 32) u[q] = tree8_local(t + 8 * q);
 }
-static inline void fin_prepare(float c0, float c1, __local const float *u, float w0, float w1, float cj, float sj,
-                               float eps, int q, float z[2], ushort h[2], __local int *fl) {
-    const float ss =
-        KVC_ADD(KVC_ADD(tree8_local(u), tree8_local(u + 8)), KVC_ADD(tree8_local(u + 16), tree8_local(u + 24)));
-    const float rr = kvc_rms_scale(ss, eps);
+static inline void fin_scale(__local float *u, float eps, int q) {
+    if (q == 0)
+        u[32] = kvc_rms_scale(
+            KVC_ADD(KVC_ADD(tree8_local(u), tree8_local(u + 8)), KVC_ADD(tree8_local(u + 16), tree8_local(u + 24))),
+            eps);
+}
+static inline void fin_prepare(float c0, float c1, float rr, float w0, float w1, float cj, float sj, int q, float z[2],
+                               ushort h[2], __local int *fl) {
     const float y0 = kvc_rms_apply(c0, rr, w0);
     const float y1 = kvc_rms_apply(c1, rr, w1);
     int bad = kvc_nonfinite(c0) | kvc_nonfinite(c1) | kvc_nonfinite(y0) | kvc_nonfinite(y1);
@@ -353,26 +360,25 @@ static inline void fin_prepare(float c0, float c1, __local const float *u, float
     if (q < 224) { /* NOPE */
         bad |= kvc_nope_bf16(y0, &z[0]) | kvc_nope_bf16(y1, &z[1]);
         const float a0 = z[0] < 0.0f ? -z[0] : z[0], a1 = z[1] < 0.0f ? -z[1] : z[1];
-        fl[8 + q] = (int)as_uint(kvc_max(a0, a1));
+        fl[KVC_CL_AM(q)] = (int)as_uint(kvc_max(a0, a1));
     } else { /* RoPE pair j = q - 224 */
         bad |= kvc_rope_bf16(y0, y1, cj, sj, &h[0], &h[1]);
     }
     if (bad) fl[0] = 1;
 }
-static inline void fin_amax(__local int *fl, int q) {
-    if (q < 56) {
-        const int4 a = ((__local const int4 *)(fl + 8))[q];
-        fl[232 + q] = max(max(a.x, a.y), max(a.z, a.w));
+static inline void fin_exponents(__local int *fl, int fp8, int q) {
+    if (q < 7) {
+        __local const int4 *a = (__local const int4 *)(fl + KVC_CL_AM(32 * q));
+        int4 m = a[0];
+        for (int k = 1; k < 8; k++) m = max(m, a[k]);
+        fl[256 + q] = kvc_group_exponent(as_float((uint)max(max(m.x, m.y), max(m.z, m.w))), fp8);
     }
 }
 static inline int fin_store(const float z[2], const ushort h[2], __local const int *fl, int fp8,
                             __global uchar *payload, __global uchar *scales, int q) {
     const int bad = fl[0];
     if (q < 224) {
-        const int4 a = ((__local const int4 *)(fl + 232))[2 * (q / 32)];
-        const int4 b = ((__local const int4 *)(fl + 232))[2 * (q / 32) + 1];
-        const int m = max(max(max(a.x, a.y), max(a.z, a.w)), max(max(b.x, b.y), max(b.z, b.w)));
-        const int e = kvc_group_exponent(as_float((uint)m), fp8);
+        const int e = fl[256 + q / 32];
         payload[2 * q] = bad ? 0 : kvc_nope_code(z[0], e, fp8);
         payload[2 * q + 1] = bad ? 0 : kvc_nope_code(z[1], e, fp8);
         if (q % 32 == 0) scales[q / 32] = kvc_scale_byte(e, bad);
@@ -389,8 +395,8 @@ static inline int fin_store(const float z[2], const ushort h[2], __local const i
 }
 
 /*
- * Finalise one output from c[512] with the whole group, the five stages
- * above between four barriers.  Every work-item calls it (its barriers);
+ * Finalise one output from c[512] with the whole group, the six stages
+ * above between five barriers.  Every work-item calls it (its barriers);
  * active = 0 writes nothing; wide (a literal): 512 work-items call it,
  * those from 256 on only for the barriers.  @return (all work-items) 1 if
  * the slot was written as non-finite.
@@ -406,9 +412,11 @@ static int finalize_group(int active, __local const float *c, __local float *t, 
     barrier(CLK_LOCAL_MEM_FENCE);
     if (on) fin_levels2to4(t, u, q);
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (on) fin_prepare(c0, c1, u, w0, w1, cj, sj, eps, q, z, h, fl);
+    if (on) fin_scale(u, eps, q);
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (on) fin_amax(fl, q);
+    if (on) fin_prepare(c0, c1, u[32], w0, w1, cj, sj, q, z, h, fl);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (on) fin_exponents(fl, fp8, q);
     barrier(CLK_LOCAL_MEM_FENCE);
     if (active && on) fin_store(z, h, fl, fp8, payload, scales, q);
     return fl[0];
@@ -795,18 +803,22 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     __local float c[512], t[256], u[256];
     __local int flags[KVC_CL_FIN_FLAGS] __attribute__((aligned(16)));
     __local long rowoff[KVC_CL_SMALL_K * KVC_SEG];
-    __local long s_slot[KVC_CL_SMALL_K], s_pc[KVC_CL_SMALL_K], s_r[KVC_CL_SMALL_K], s_p[KVC_CL_SMALL_K],
-        s_badg[KVC_CL_SMALL_K];
+    __local long s_po[KVC_CL_SMALL_K], s_so[KVC_CL_SMALL_K], s_pc[KVC_CL_SMALL_K], s_r[KVC_CL_SMALL_K],
+        s_p[KVC_CL_SMALL_K], s_badg[KVC_CL_SMALL_K];
     __local int s_ok[KVC_CL_SMALL_K], s_bad[KVC_CL_SMALL_K], s_masked[KVC_CL_SMALL_K];
     const int q = (int)get_local_id(0);
     const long o0 = (long)get_group_id(0) * pl.small_k;
     const int kn = (int)(sh.num_outputs - o0 < pl.small_k ? sh.num_outputs - o0 : pl.small_k);
     if (q < kn) { /* work-item q: output o0 + q's checks (it records its own error or padding) */
         kvc_out_info inf;
-        s_ok[q] = output_of(&sh, bidx, slots, t2r, positions, table, st, o0 + q, 1, &inf);
+        const int ok = output_of(&sh, bidx, slots, t2r, positions, table, st, o0 + q, 1, &inf);
+        long po = 0, so = 0;
+        if (ok) kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, &po, &so);
+        s_ok[q] = ok;
         s_bad[q] = 0;
         s_masked[q] = 0;
-        s_slot[q] = inf.slot;
+        s_po[q] = po;
+        s_so[q] = so;
         s_pc[q] = inf.pc;
         s_r[q] = inf.r;
         s_p[q] = inf.p;
@@ -854,10 +866,8 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         fin_inputs(weight, cos_sin + s_pc[k] * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, &w0, &w1, &cj, &sj);
         for (int j = 0; j < 2; j++) c[2 * q + j] = KVC_DIV(res.n[j], res.d[j]);
         barrier(CLK_LOCAL_MEM_FENCE);
-        long po, so;
-        kvc_slot_offsets_s(s_slot[k], sh.kv_block_size, sh.page_stride, &po, &so);
         const int bad = finalize_group(1, c, t, u, flags, w0, w1, cj, sj, sh.rms_norm_eps, sh.nope_format == 1,
-                                       kv + po, kv + so, q, 0);
+                                       kv + s_po[k], kv + s_so[k], q, 0);
         written++;
         nonfinite += bad;
         barrier(CLK_LOCAL_MEM_FENCE); /* c, t, u, flags free for the next output */
