@@ -360,14 +360,24 @@ __device__ float rms_sum_128(const float c[4], int q, float *red) {
     return KVC_ADD(KVC_ADD(red[0], red[1]), KVC_ADD(red[2], red[3]));
 }
 
+/* A slot's byte offsets in kv_cache: its payload and its scales. */
+struct kv_slot {
+    int64_t po, so;
+};
+__device__ __forceinline__ kv_slot slot_at(const launch_params &P, long long slot) {
+    kv_slot s;
+    kvc_slot_offsets(&P.a, slot, &s.po, &s.so);
+    return s;
+}
+
 /*
- * Finalise one output from c[512] and its RMS sum ss: called by threads
- * 0..127 together, thread q holding dims 4q..4q+3.  NOPE groups of 16
- * threads (q < 112), RoPE pairs on q >= 112.
+ * Finalise one output from c[512] and its RMS sum ss into slot `at`:
+ * called by threads 0..127 together, thread q holding dims 4q..4q+3.  NOPE
+ * groups of 16 threads (q < 112), RoPE pairs on q >= 112.
  * @return (thread 0) 1 when the output went to the non-finite slot.  The
  * caller counts it in the status word.
  */
-__device__ int finalize(const launch_params &P, long long slot, const float c[4], float ss, int q, const fin_in &f) {
+__device__ int finalize(const launch_params &P, kv_slot at, const float c[4], float ss, int q, const fin_in &f) {
     const kvc_args &a = P.a;
     int bad = 0;
 #pragma unroll
@@ -380,10 +390,8 @@ __device__ int finalize(const launch_params &P, long long slot, const float c[4]
         bad |= kvc_nonfinite(y[j]);
     }
     const int fp8 = a.nope_format == KVC_NOPE_FP8_E4M3;
-    int64_t po, so;
-    kvc_slot_offsets(&a, slot, &po, &so);
-    uint8_t *payload = a.kv_cache + po;
-    uint8_t *scales = a.kv_cache + so;
+    uint8_t *payload = a.kv_cache + at.po;
+    uint8_t *scales = a.kv_cache + at.so;
     uint8_t out[8];
     int nout = 0, e = 0;
     /* bf16 and group amax on all 128 threads: the shuffles must not diverge
@@ -434,7 +442,7 @@ __device__ int finalize(const launch_params &P, long long slot, const float c[4]
 __device__ __forceinline__ void finalize_counted(const launch_params &P, long long slot, const float c[4], float ss,
                                                  int q, const fin_in &f) {
     if (q == 0) count(&P.status->outputs_written);
-    const int bad = finalize(P, slot, c, ss, q, f);
+    const int bad = finalize(P, slot_at(P, slot), c, ss, q, f);
     if (q == 0 && bad) count(&P.status->outputs_nonfinite);
 }
 
@@ -513,7 +521,7 @@ __device__ int finish_loaded(const launch_params &P, const kvc_out_info &inf, co
 #pragma unroll
     for (int j = 0; j < 4; j++) c[j] = smem[4 * q + j];
     const float ss = rms_sum_128(c, q, smem + 512);
-    if (!COUNT) return finalize(P, inf.slot, c, ss, q, f);
+    if (!COUNT) return finalize(P, slot_at(P, inf.slot), c, ss, q, f);
     finalize_counted(P, inf.slot, c, ss, q, f);
     return 0;
 }
@@ -626,7 +634,8 @@ struct small_rows {
 
 __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const launch_params P) {
     __shared__ small_rows rt; /* rows of output k: 8k .. 8k+7           */
-    __shared__ long long s_slot[SMALL_K], s_pc[SMALL_K], s_r[SMALL_K], s_p[SMALL_K], s_badg[SMALL_K];
+    __shared__ kv_slot s_at[SMALL_K];
+    __shared__ long long s_pc[SMALL_K], s_r[SMALL_K], s_p[SMALL_K], s_badg[SMALL_K];
     __shared__ int s_ok[SMALL_K], s_bad[SMALL_K], s_masked[SMALL_K];
     __shared__ float cbufs[2][512 + 8]; /* c and the finaliser's scratch, alternating per output */
     const kvc_args &a = P.a;
@@ -641,7 +650,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         s_ok[q] = ok;
         s_bad[q] = 0;
         s_masked[q] = 0;
-        s_slot[q] = inf.slot;
+        if (ok) s_at[q] = slot_at(P, inf.slot); /* once per output, not in each finalising thread */
         s_pc[q] = inf.pc;
         s_r[q] = inf.r;
         s_p[q] = inf.p;
@@ -713,7 +722,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
             float c[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) c[j] = cbuf[4 * q + j];
-            const int bad = finalize(P, s_slot[k], c, rms_sum_128(c, q, cbuf + 512), q, f);
+            const int bad = finalize(P, s_at[k], c, rms_sum_128(c, q, cbuf + 512), q, f);
             written++;
             nonfinite += bad;
         }

@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(NCH == 1 ? 128 : DG) slice_finish_kernel(const
             const float c[4] = {c4.x, c4.y, c4.z, c4.w};
             const float ss = KVC_ADD(KVC_ADD(KVC_ADD(sa.x, sa.y), KVC_ADD(sa.z, sa.w)),
                                      KVC_ADD(KVC_ADD(sb.x, sb.y), KVC_ADD(sb.z, sb.w)));
-            nonfinite = finalize(P, inf.slot, c, ss, q, f);
+            nonfinite = finalize(P, slot_at(P, inf.slot), c, ss, q, f);
         }
     } else {
         stv acc[NCH];
