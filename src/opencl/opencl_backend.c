@@ -136,7 +136,7 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     if (tune && strstr(bin, ".target sm_") && !strstr(bin, ".minnctapersm")) {
         /* (each edit stays inside its own entry) */
         bin = kvc_ptx_minb(bin, "kvc_compress_wide", KVC_OPENCL_NV_MINB_WIDE, &done);
-        bin = kvc_ptx_minb(bin, "kvc_compress_small", KVC_OPENCL_NV_MINB_SMALL, &done);
+        bin = kvc_ptx_minb(bin, "kvc_compress_small", KVC_OPENCL_SMALL_SLOTS, &done);
         bin = kvc_ptx_streaming(bin, "kvc_compress_kernel", &done);
         bin = kvc_ptx_streaming(bin, "kvc_compress_wide", &done);
         bin = kvc_ptx_minb(bin, "kvc_slice", KVC_OPENCL_NV_MINB_SLICE, &done);

@@ -16,14 +16,11 @@
 /* one-segment kernel: outputs per work-group at most (its tables in local
  * memory); passed to the kernel build as KVC_CL_SMALL_K */
 #define KVC_OPENCL_SMALL_K 32
-/* one-segment kernel: groups per compute unit the waves are balanced for
- * (3 resident on NVIDIA, KVC_OPENCL_NV_MINB_SMALL; 2 was 11% slower at
- * 4 x 32768 C4 tokens, 4 slower everywhere) */
+/* one-segment kernel: groups per compute unit the waves are balanced for,
+ * and on NVIDIA held resident by .minnctapersm (<= 80 registers; as built,
+ * some forms of it ran 2 groups per SM, 16% slower at 4 x 131072 C4
+ * tokens).  2 was 11% slower at 4 x 32768 C4 tokens, 4 slower everywhere */
 #define KVC_OPENCL_SMALL_SLOTS 3
-/* NVIDIA: .minnctapersm for the one-segment kernel (<= 80 registers; as
- * built, some forms of it ran 2 groups per SM, 16% slower at 4 x 131072
- * C4 tokens) */
-#define KVC_OPENCL_NV_MINB_SMALL 3
 /* NVIDIA: .minnctapersm for the wide kernel (64 registers, 32 warps per SM;
  * 80 registers as built); the 2-dims kernel stays as built (3 and 4 spilled
  * and were slower) */
