@@ -46,9 +46,10 @@ if [ "$KVC_WANT_SANITIZERS" = 1 ]; then
   CC=clang cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVC_CUDA=OFF \
     -DKVC_SANITIZE=address,undefined -DKVC_FUZZ=$fuzz >/dev/null
   cmake --build build-asan -j "$(nproc)"
-  # (backends: the golden and semantics suites already run here; the whole matrix takes 6 minutes under ASan)
+  # (backends: the golden and semantics suites already run here; the whole matrix takes 6 minutes under ASan;
+  # cpu_exp_all: the same comparison as units, at every argument instead of a stride)
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -E '^(python|cli|install_consumer|opencl_gpu_paths|backends)$'
+    ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -E '^(python|cli|install_consumer|opencl_gpu_paths|backends|cpu_exp_all)$'
   CC=clang cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVC_CUDA=OFF \
     -DKVC_SANITIZE=thread >/dev/null
   cmake --build build-tsan -j "$(nproc)" --target test_threads test_semantics

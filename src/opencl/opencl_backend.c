@@ -210,6 +210,8 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
      * any device (tests: Oclgrind runs them where PoCL cannot) */
     const int gpu = !(type & CL_DEVICE_TYPE_CPU) || kvc_test_hook("KVC_OPENCL_GPU_PATHS");
     if (gpu) strcat(opts, " -DKVC_CL_STRAIGHT=1");
+    /* a correctly rounded fma (kvc_canon.h: KVC_SUB_K_LN2_HI, same bits) */
+    if (fp & CL_FP_FMA) strcat(opts, " -DKVC_CL_FMA=1");
     snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " -DKVC_CL_MAX_CH=%d -DKVC_CL_SMALL_K=%d",
              KVC_OPENCL_MAX_CH, KVC_OPENCL_SMALL_K);
     const char *extra = getenv("KVC_OPENCL_BUILD_OPTIONS");
