@@ -277,22 +277,6 @@ __global__ void __launch_bounds__(256, SLICE_CTAS_PER_SM) slice_kernel(const lau
     }
 }
 
-/* Thread q's 2 dims of chunk state k of an output, polled until written,
- * then restored to EMPTY (thread q alone reads these words). */
-__device__ __forceinline__ stv slice_take_state(float *cs, int q) {
-    float *p = cs + 2 * q;
-    float2 m, d, n;
-    for (;;) {
-        m = ld_rlx2(p), d = ld_rlx2(p + 512), n = ld_rlx2(p + 1024);
-        if (!(is_empty(m.x) | is_empty(m.y) | is_empty(d.x) | is_empty(d.y) | is_empty(n.x) | is_empty(n.y))) break;
-        __nanosleep(128);
-    }
-    st_empty2(p), st_empty2(p + 512), st_empty2(p + 1024);
-    stv st;
-    st.m[0] = m.x, st.m[1] = m.y, st.d[0] = d.x, st.d[1] = d.y, st.n[0] = n.x, st.n[1] = n.y;
-    return st;
-}
-
 /* One CTA per output after slice_kernel<NCH, TS>: gets c and its RMS sum
  * from the slice area as soon as the output's slice CTAs have written it,
  * finalises the slot, and after the slice kernel's end checks and counts
@@ -318,43 +302,73 @@ __global__ void __launch_bounds__(NCH == 1 ? 128 : DG) slice_finish_kernel(const
         fin_load_weights(P, q, f);
         fin_load_cos_sin(P, inf.pc, q, f);
     }
+    /* One polling loop for all that the output's slice CTAs leave, every
+     * load of a round in flight at once, so the last word to arrive costs
+     * one round trip: thread q's bad-block word (q < 8 NCH) and its part of
+     * the record -- NCH = 1: c[4q .. 4q + 3] and the 8 slices' sums; else
+     * its 2 dims of the NCH chunk states.  Then each word back to EMPTY. */
+    long long *bp = P.slice_bad + o * 8 * NCH + q;
+    const int has_bad = q < 8 * NCH;
+    float *rec = P.chunk_states + o * (NCH == 1 ? SLICE_REC : NCH * (3 * 512));
     long long g = SLICE_OK;
-    if (wrote && q < 8 * NCH) {
-        long long *bp = P.slice_bad + o * 8 * NCH + q;
-        while ((g = ld_rlx_ll(bp)) == SLICE_EMPTY_BAD) __nanosleep(128);
-        st_empty_ll(bp);
-        if (g != SLICE_OK) g = (long long)(int)g;
+    float4 r4[3] = {};  /* NCH = 1: c, sums 0-3, sums 4-7 */
+    float2 w[NCH][3];   /* NCH > 1: m, d, n of each chunk state */
+    if (wrote) {
+        for (;;) {
+            if (has_bad) g = ld_rlx_ll(bp);
+            if (NCH == 1) {
+                r4[0] = ld_rlx4(rec + 4 * q), r4[1] = ld_rlx4(rec + 512), r4[2] = ld_rlx4(rec + 516);
+            } else {
+#pragma unroll
+                for (int k = 0; k < NCH; k++)
+#pragma unroll
+                    for (int e = 0; e < 3; e++) w[k][e] = ld_rlx2(rec + k * (3 * 512) + e * 512 + 2 * q);
+            }
+            int empty = g == SLICE_EMPTY_BAD;
+            if (NCH == 1) {
+                empty |= any_empty4(r4[0]) | any_empty4(r4[1]) | any_empty4(r4[2]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < NCH; k++)
+#pragma unroll
+                    for (int e = 0; e < 3; e++) empty |= is_empty(w[k][e].x) | is_empty(w[k][e].y);
+            }
+            if (!empty) break;
+            __nanosleep(128);
+        }
+        if (has_bad) st_empty_ll(bp);
+        if (NCH == 1) {
+            st_empty4(rec + 4 * q);
+        } else {
+#pragma unroll
+            for (int k = 0; k < NCH; k++)
+#pragma unroll
+                for (int e = 0; e < 3; e++) st_empty2(rec + k * (3 * 512) + e * 512 + 2 * q);
+        }
     }
-    const int badblk = __syncthreads_or(g != SLICE_OK); /* a slice CTA met a bad physical block */
+    if (g != SLICE_OK) g = (long long)(int)g;
+    /* a slice CTA met a bad physical block; and every thread has read the sums */
+    const int badblk = __syncthreads_or(g != SLICE_OK);
     int nonfinite = 0;
     if (NCH == 1) {
-        float *rec = P.chunk_states + o * SLICE_REC; /* the slice record */
-        float4 c4 = make_float4(0.f, 0.f, 0.f, 0.f), sa = c4, sb = c4;
-        if (wrote) {
-            for (;;) {
-                c4 = ld_rlx4(rec + 4 * q), sa = ld_rlx4(rec + 512), sb = ld_rlx4(rec + 516);
-                if (!(any_empty4(c4) | any_empty4(sa) | any_empty4(sb))) break;
-                __nanosleep(128);
-            }
-            st_empty4(rec + 4 * q);
-        }
-        __syncthreads(); /* every thread has read the sums */
         if (wrote && q == 0) st_empty4(rec + 512), st_empty4(rec + 516);
         if (fin && !badblk) {
-            const float c[4] = {c4.x, c4.y, c4.z, c4.w};
+            const float c[4] = {r4[0].x, r4[0].y, r4[0].z, r4[0].w};
+            const float4 sa = r4[1], sb = r4[2];
             const float ss = KVC_ADD(KVC_ADD(KVC_ADD(sa.x, sa.y), KVC_ADD(sa.z, sa.w)),
                                      KVC_ADD(KVC_ADD(sb.x, sb.y), KVC_ADD(sb.z, sb.w)));
             nonfinite = finalize(P, slot_at(P, inf.slot), c, ss, q, f);
         }
-    } else {
+    } else if (fin && !badblk) {
         stv acc[NCH];
-        if (wrote)
 #pragma unroll
-            for (int k = 0; k < NCH; k++) acc[k] = slice_take_state(P.chunk_states + (o * NCH + k) * (3 * 512), q);
-        if (fin && !badblk) {
-            merge_tree(acc, NCH);
-            nonfinite = finish_loaded<false>(P, inf, acc[0], q, smem, f);
+        for (int k = 0; k < NCH; k++) {
+            acc[k].m[0] = w[k][0].x, acc[k].m[1] = w[k][0].y;
+            acc[k].d[0] = w[k][1].x, acc[k].d[1] = w[k][1].y;
+            acc[k].n[0] = w[k][2].x, acc[k].n[1] = w[k][2].y;
         }
+        merge_tree(acc, NCH);
+        nonfinite = finish_loaded<false>(P, inf, acc[0], q, smem, f);
     }
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory"); /* CTA 0 of the slice kernel has zeroed the status */
