@@ -158,8 +158,8 @@ __attribute__((noinline)) static void seg_reduce8(const float *const *restrict s
  *     < 2^22), 2^k and the cutoff select by one zero-masked vscalefps
  *     (q * 2^k exactly rounded, as q * float(2^k)); x - k ln2_hi by one
  *     vfnmadd (KVC_SUB_K_LN2_HI: the product is exact).  Equal to kvc_exp on
- *     every non-positive float, -Inf and NaN (tests/test_units.c checks a
- *     stride of them; all 2^31 were compared once, bench/NOTES.md);
+ *     every non-positive float, -Inf and NaN (tests/test_units.c: test
+ *     units compares a stride of them, test cpu_exp_all every one);
  *   - the segment max: vmaxps, which is kvc_max except where a score is
  *     NaN (maxps(a, b) = a > b ? a : b drops a NaN in a).  Such a dim's den
  *     and num are NaN either way (its row's exp is NaN), and a NaN den
