@@ -371,18 +371,20 @@ __device__ __forceinline__ kv_slot slot_at(const launch_params &P, long long slo
 }
 
 /*
- * Finalise one output from c[512] and its RMS sum ss into slot `at`:
- * called by threads 0..127 together, thread q holding dims 4q..4q+3.  NOPE
- * groups of 16 threads (q < 112), RoPE pairs on q >= 112.
+ * Finalise one output from c[512] and its RMS scale rr (kvc_rms_scale of
+ * its RMS sum) into slot `at`: called by threads 0..127 together, thread q
+ * holding dims 4q..4q+3.  NOPE groups of 16 threads (q < 112), RoPE pairs
+ * on q >= 112.  Each thread's bytes go out as whole 32-bit words where the
+ * payload is 4-byte aligned (one store where there were four; the same
+ * bytes), else byte by byte.
  * @return (thread 0) 1 when the output went to the non-finite slot.  The
  * caller counts it in the status word.
  */
-__device__ int finalize(const launch_params &P, kv_slot at, const float c[4], float ss, int q, const fin_in &f) {
+__device__ int finalize(const launch_params &P, kv_slot at, const float c[4], float rr, int q, const fin_in &f) {
     const kvc_args &a = P.a;
     int bad = 0;
 #pragma unroll
     for (int j = 0; j < 4; j++) bad |= kvc_nonfinite(c[j]);
-    const float rr = kvc_rms_scale(ss, a.rms_norm_eps);
     float y[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -392,8 +394,8 @@ __device__ int finalize(const launch_params &P, kv_slot at, const float c[4], fl
     const int fp8 = a.nope_format == KVC_NOPE_FP8_E4M3;
     uint8_t *payload = a.kv_cache + at.po;
     uint8_t *scales = a.kv_cache + at.so;
-    uint8_t out[8];
-    int nout = 0, e = 0;
+    uint32_t wd[2] = {0u, 0u}; /* this thread's payload bytes, little-endian words */
+    int e = 0;
     /* bf16 and group amax on all 128 threads: the shuffles must not diverge
      * (xor < 16 stays inside a 16-thread group; q >= 112 is RoPE, unused). */
     float z[4], amax = 0.0f;
@@ -405,32 +407,36 @@ __device__ int finalize(const launch_params &P, kv_slot at, const float c[4], fl
     }
 #pragma unroll
     for (int k = 1; k < 16; k <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
-    if (q < 112) { /* NOPE: groups of 16 threads */
+    if (q < 112) { /* NOPE: groups of 16 threads, 4 codes */
         e = kvc_group_exponent(amax, fp8);
 #pragma unroll
-        for (int j = 0; j < 4; j++) out[j] = kvc_nope_code(z[j], e, fp8);
-        nout = 4;
-    } else { /* RoPE: 2 pairs per thread */
+        for (int j = 0; j < 4; j++) wd[0] |= (uint32_t)kvc_nope_code(z[j], e, fp8) << (8 * j);
+    } else { /* RoPE: 2 pairs, bf16 u' then w' */
 #pragma unroll
         for (int t = 0; t < 2; t++) {
             kvc_u16 hu, hw;
             bad |= kvc_rope_bf16(y[2 * t], y[2 * t + 1], f.cs[2 * t], f.cs[2 * t + 1], &hu, &hw);
-            out[4 * t + 0] = (uint8_t)(hu & 0xFF);
-            out[4 * t + 1] = (uint8_t)(hu >> 8);
-            out[4 * t + 2] = (uint8_t)(hw & 0xFF);
-            out[4 * t + 3] = (uint8_t)(hw >> 8);
+            wd[t] = (uint32_t)hu | (uint32_t)hw << 16;
         }
-        nout = 8;
     }
     /* block-wide OR over the 128 finalising threads */
     bad = or_across_128(bad);
-    if (q < 112) {
-        for (int j = 0; j < 4; j++) payload[4 * q + j] = bad ? 0 : out[j];
-        if ((q & 15) == 0) scales[q >> 4] = kvc_scale_byte(e, bad);
-    } else {
-        uint8_t *rp = payload + 448 + 8 * (q - 112);
-        for (int j = 0; j < nout; j++) rp[j] = bad ? (uint8_t)((j & 1) ? 0x7F : 0xC0) : out[j];
+    const int nw = q < 112 ? 1 : 2;
+    const uint32_t fill = q < 112 ? 0u : 0x7FC07FC0u; /* the non-finite slot: NOPE 0, RoPE bf16 NaN */
+    uint8_t *dst = q < 112 ? payload + 4 * q : payload + 448 + 8 * (q - 112);
+    const int aligned = ((uintptr_t)payload & 3) == 0;
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        if (t >= nw) break;
+        const uint32_t v = bad ? fill : wd[t];
+        if (aligned) {
+            *reinterpret_cast<uint32_t *>(dst + 4 * t) = v;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) dst[4 * t + j] = (uint8_t)(v >> (8 * j));
+        }
     }
+    if (q < 112 && (q & 15) == 0) scales[q >> 4] = kvc_scale_byte(e, bad);
     if (q == 0) scales[7] = 0;
     return bad;
 }
@@ -442,7 +448,7 @@ __device__ int finalize(const launch_params &P, kv_slot at, const float c[4], fl
 __device__ __forceinline__ void finalize_counted(const launch_params &P, long long slot, const float c[4], float ss,
                                                  int q, const fin_in &f) {
     if (q == 0) count(&P.status->outputs_written);
-    const int bad = finalize(P, slot_at(P, slot), c, ss, q, f);
+    const int bad = finalize(P, slot_at(P, slot), c, kvc_rms_scale(ss, P.a.rms_norm_eps), q, f);
     if (q == 0 && bad) count(&P.status->outputs_nonfinite);
 }
 
@@ -521,7 +527,7 @@ __device__ int finish_loaded(const launch_params &P, const kvc_out_info &inf, co
 #pragma unroll
     for (int j = 0; j < 4; j++) c[j] = smem[4 * q + j];
     const float ss = rms_sum_128(c, q, smem + 512);
-    if (!COUNT) return finalize(P, slot_at(P, inf.slot), c, ss, q, f);
+    if (!COUNT) return finalize(P, slot_at(P, inf.slot), c, kvc_rms_scale(ss, P.a.rms_norm_eps), q, f);
     finalize_counted(P, inf.slot, c, ss, q, f);
     return 0;
 }
@@ -722,7 +728,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
             float c[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) c[j] = cbuf[4 * q + j];
-            const int bad = finalize(P, s_at[k], c, rms_sum_128(c, q, cbuf + 512), q, f);
+            const int bad = finalize(P, s_at[k], c, kvc_rms_scale(rms_sum_128(c, q, cbuf + 512), a.rms_norm_eps), q, f);
             written++;
             nonfinite += bad;
         }
