@@ -371,20 +371,20 @@ __device__ __forceinline__ kv_slot slot_at(const launch_params &P, long long slo
 }
 
 /*
- * Finalise one output from c[512] and its RMS scale rr (kvc_rms_scale of
- * its RMS sum) into slot `at`: called by threads 0..127 together, thread q
- * holding dims 4q..4q+3.  NOPE groups of 16 threads (q < 112), RoPE pairs
+ * Finalise one output from c[512] and its RMS sum ss into slot `at`:
+ * called by threads 0..127 together, thread q holding dims 4q..4q+3.  NOPE groups of 16 threads (q < 112), RoPE pairs
  * on q >= 112.  Each thread's bytes go out as whole 32-bit words where the
  * payload is 4-byte aligned (one store where there were four; the same
  * bytes), else byte by byte.
  * @return (thread 0) 1 when the output went to the non-finite slot.  The
  * caller counts it in the status word.
  */
-__device__ int finalize(const launch_params &P, kv_slot at, const float c[4], float rr, int q, const fin_in &f) {
+__device__ int finalize(const launch_params &P, kv_slot at, const float c[4], float ss, int q, const fin_in &f) {
     const kvc_args &a = P.a;
     int bad = 0;
 #pragma unroll
     for (int j = 0; j < 4; j++) bad |= kvc_nonfinite(c[j]);
+    const float rr = kvc_rms_scale(ss, a.rms_norm_eps);
     float y[4];
 #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -448,7 +448,7 @@ __device__ int finalize(const launch_params &P, kv_slot at, const float c[4], fl
 __device__ __forceinline__ void finalize_counted(const launch_params &P, long long slot, const float c[4], float ss,
                                                  int q, const fin_in &f) {
     if (q == 0) count(&P.status->outputs_written);
-    const int bad = finalize(P, slot_at(P, slot), c, kvc_rms_scale(ss, P.a.rms_norm_eps), q, f);
+    const int bad = finalize(P, slot_at(P, slot), c, ss, q, f);
     if (q == 0 && bad) count(&P.status->outputs_nonfinite);
 }
 
@@ -527,7 +527,7 @@ __device__ int finish_loaded(const launch_params &P, const kvc_out_info &inf, co
 #pragma unroll
     for (int j = 0; j < 4; j++) c[j] = smem[4 * q + j];
     const float ss = rms_sum_128(c, q, smem + 512);
-    if (!COUNT) return finalize(P, slot_at(P, inf.slot), c, kvc_rms_scale(ss, P.a.rms_norm_eps), q, f);
+    if (!COUNT) return finalize(P, slot_at(P, inf.slot), c, ss, q, f);
     finalize_counted(P, inf.slot, c, ss, q, f);
     return 0;
 }
@@ -728,7 +728,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
             float c[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) c[j] = cbuf[4 * q + j];
-            const int bad = finalize(P, s_at[k], c, kvc_rms_scale(rms_sum_128(c, q, cbuf + 512), a.rms_norm_eps), q, f);
+            const int bad = finalize(P, s_at[k], c, rms_sum_128(c, q, cbuf + 512), q, f);
             written++;
             nonfinite += bad;
         }

@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(NCH == 1 ? 128 : DG) slice_finish_kernel(const
             const float4 sa = r4[1], sb = r4[2];
             const float ss = KVC_ADD(KVC_ADD(KVC_ADD(sa.x, sa.y), KVC_ADD(sa.z, sa.w)),
                                      KVC_ADD(KVC_ADD(sb.x, sb.y), KVC_ADD(sb.z, sb.w)));
-            nonfinite = finalize(P, slot_at(P, inf.slot), c, kvc_rms_scale(ss, P.a.rms_norm_eps), q, f);
+            nonfinite = finalize(P, slot_at(P, inf.slot), c, ss, q, f);
         }
     } else if (fin && !badblk) {
         stv acc[NCH];
