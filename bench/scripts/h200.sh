@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device-run driver (the H200 session machine): runs named steps with the
-# binaries of devbin/ (built here, carried there) and writes every result
-# under $OUT.  Usage: bench/scripts/h200.sh step [step ...]
+# binaries of devbin/ (built here, carried there -- a build with
+# -DKVC_KIT_SHARED=ON keeps them small: the shared library in devbin/lib) and
+# writes every result under $OUT.  Usage: bench/scripts/h200.sh step [step ...]
 #   golden    golden + semantics suites on CUDA, verify
 #   backends  tests/test_backends.c on CUDA (the conformance matrix against the CPU)
 #   modes     FAST numerics (golden numerics=fast, test_cuda_fast) and two streams (test_cuda_streams;
