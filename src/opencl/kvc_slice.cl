@@ -76,12 +76,22 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
         cr[2] = inf.slot;
         cr[3] = inf.pc;
     }
-    if (b < 0 || b >= sh->num_tokens) return;
-    const long r = t2r[b], p = positions[b], slot = slots[b];
+    /* Branch-free to the rows (as the CUDA slice kernel): the token, request
+     * and position clamped into range, so that the chain index -> token ->
+     * table -> rows runs with no test between its links and every address
+     * stays in bounds; the output's validity is tested once, with the slot,
+     * after the table loads.  (The host takes these kernels only where the
+     * clamps have a target: num_tokens, num_reqs, num_blocks >= 1 and
+     * blocks_per_req x block_size >= C.) */
+    const long nt = sh->num_tokens, nr = sh->num_reqs;
+    const long bc = b < 0 ? 0 : b >= nt ? nt - 1 : b;
+    const long r = t2r[bc], pp = positions[bc], slot = slots[bc];
     const long C = sh->compress_ratio, bs = sh->block_size;
     const int bsh = (bs & (bs - 1)) == 0 ? 63 - (int)clz(bs) : -1;
-    if (r < 0 || r >= sh->num_reqs || p < C - 1 || (bsh >= 0 ? p >> bsh : p / bs) >= sh->blocks_per_req) return;
-    __global const int *trow = table + r * sh->block_table_stride;
+    const long pmax = sh->blocks_per_req * bs - 1;
+    const long rc = r < 0 ? 0 : r >= nr ? nr - 1 : r, p = pp < C - 1 ? C - 1 : pp > pmax ? pmax : pp;
+    const int ok = (b == bc) & (r == rc) & (pp == p); /* 0: the finisher reports the output */
+    __global const int *trow = table + rc * sh->block_table_stride;
     const long ts = TS > 0 ? TS : sh->state_stride_token, bstride = sh->state_stride_block;
     const long pos0 = p - C + 1 + 128 * j + 16 * w; /* the lane group's first row */
     const int aligned = bsh >= 3 && ((p - C + 1) & 7) == 0; /* the same for the whole group */
@@ -99,7 +109,7 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
         }
         o0 = bad ? 0 : g0 * bstride + (pos0 - (l0 << bsh)) * ts; /* (a bad lane group loads row 0: */
         o1 = bad ? 0 : g1 * bstride + (pos0 + KVC_SEG - (l1 << bsh)) * ts; /* its state is never used) */
-        if (slot < 0) return; /* padding (tested after the table loads: they need no test) */
+        if (!ok || slot < 0) return; /* invalid or padding (tested after the table loads: they need no test) */
         float2 va[KVC_SEG], sa[KVC_SEG], vb[KVC_SEG], sb[KVC_SEG]; /* the two segments' values, scores */
         __global const float2 *pa = (__global const float2 *)(state + o0) + dq;
         __global const float2 *pb = (__global const float2 *)(state + o1) + dq;
@@ -114,7 +124,7 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
         const st2 st1 = seg_reduce(vb, sb, KVC_SEG, KVC_SEG);
         st_merge(&st, &st1);
     } else {
-        if (slot < 0) return;
+        if (!ok || slot < 0) return;
         if (q == 0) L->first_bad = 128;
         barrier(CLK_LOCAL_MEM_FENCE);
         long g = 0; /* work-item q's row's block */
