@@ -341,6 +341,18 @@ KVC_FN kvc_i64 kvc_state_row_offset(const kvc_args *a, kvc_i64 blk, kvc_i64 pos)
 KVC_FN void kvc_slot_offsets(const kvc_args *a, kvc_i64 slot, kvc_i64 *payload, kvc_i64 *scales) {
     kvc_slot_offsets_s(slot, a->kv_block_size, a->page_stride, payload, scales);
 }
+
+/**
+ * 1 where the GPU slice kernels' branch-free prologue has a target: it
+ * clamps the boundary token into [0, num_tokens), the request into [0,
+ * num_reqs) and the position into [C - 1, blocks_per_req x block_size),
+ * and a bad block's lanes load row 0 of block 0.  The CUDA and OpenCL hosts
+ * take the slice kernels only where this holds.
+ */
+KVC_FN int kvc_slice_clamps_ok(const kvc_args *a) {
+    return a->num_tokens >= 1 && a->num_reqs >= 1 && a->num_blocks >= 1 &&
+           a->blocks_per_req <= INT64_MAX / a->block_size && a->blocks_per_req * a->block_size >= a->compress_ratio;
+}
 #endif
 
 #endif /* KVC_CHECK_H */

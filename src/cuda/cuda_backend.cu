@@ -302,10 +302,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     const int slice = a->overlap == KVC_OVERLAP_OFF && P.pl.rows == nseg * KVC_SEG &&
                       (nseg == 16 || nseg == 32 || nseg == 64) && (uintptr_t)a->state_cache % 8 == 0 &&
                       a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0 && nout <= 0x7FFFFFFFLL / 64 &&
-                      /* slice_window's clamps need a valid token, request and window */
-                      a->num_tokens >= 1 && a->num_reqs >= 1 && a->num_blocks >= 1 &&
-                      a->blocks_per_req <= INT64_MAX / a->block_size &&
-                      a->blocks_per_req * a->block_size >= a->compress_ratio;
+                      kvc_slice_clamps_ok(a); /* slice_window's clamps */
     if (slice) {
         P.pl.nchunk = nseg / 16; /* C = 128: slice records; else chunk states [nout][nseg / 16][3][512] */
         P.pl.vec = 1;

@@ -395,11 +395,7 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
      * slice), then one finishing group per output */
     const int slice = !pl.small_k && a->overlap == KVC_OVERLAP_OFF && pl.rows == pl.nseg * KVC_SEG &&
                       (pl.nseg == 16 || pl.nseg == 32 || pl.nseg == 64) && pl.vec &&
-                      a->num_outputs <= 0x7FFFFFFFLL / (2 * 8 * 4) &&
-                      /* the slice groups' clamps need a valid token, request and window */
-                      a->num_tokens >= 1 && a->num_reqs >= 1 && a->num_blocks >= 1 &&
-                      a->blocks_per_req <= INT64_MAX / a->block_size &&
-                      a->blocks_per_req * a->block_size >= a->compress_ratio;
+                      a->num_outputs <= 0x7FFFFFFFLL / (2 * 8 * 4) && kvc_slice_clamps_ok(a);
     if (slice) {
         pl.ch = 16;
         pl.nchunk = pl.nseg / 16;
