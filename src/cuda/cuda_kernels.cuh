@@ -372,10 +372,10 @@ __device__ __forceinline__ kv_slot slot_at(const launch_params &P, long long slo
 
 /*
  * Finalise one output from c[512] and its RMS sum ss into slot `at`:
- * called by threads 0..127 together, thread q holding dims 4q..4q+3.  NOPE groups of 16 threads (q < 112), RoPE pairs
- * on q >= 112.  Each thread's bytes go out as whole 32-bit words where the
- * payload is 4-byte aligned (one store where there were four; the same
- * bytes), else byte by byte.
+ * called by threads 0..127 together, thread q holding dims 4q..4q+3.  NOPE
+ * groups of 16 threads (q < 112), RoPE pairs on q >= 112.  Each thread's
+ * bytes go out as whole 32-bit words where the payload is 4-byte aligned
+ * (one store where there were four; the same bytes), else byte by byte.
  * @return (thread 0) 1 when the output went to the non-finite slot.  The
  * caller counts it in the status word.
  */
@@ -422,7 +422,8 @@ __device__ int finalize(const launch_params &P, kv_slot at, const float c[4], fl
     /* block-wide OR over the 128 finalising threads */
     bad = or_across_128(bad);
     const int nw = q < 112 ? 1 : 2;
-    const uint32_t fill = q < 112 ? 0u : 0x7FC07FC0u; /* the non-finite slot: NOPE 0, RoPE bf16 NaN */
+    /* the non-finite slot: NOPE 0, RoPE the bf16 quiet NaN in both halves */
+    const uint32_t fill = q < 112 ? 0u : (uint32_t)KVC_BF16_QNAN << 16 | KVC_BF16_QNAN;
     uint8_t *dst = q < 112 ? payload + 4 * q : payload + 448 + 8 * (q - 112);
     const int aligned = ((uintptr_t)payload & 3) == 0;
 #pragma unroll
