@@ -237,19 +237,20 @@ static inline st2 chunk_state(__global const float *cs, int q) {
  * dims 4q .. 4q + 3 -- a quarter of NOPE group q / 16 for q < 112, RoPE
  * pairs 2 (q - 112) and + 1 above -- and the output's RMS sum ss (the
  * canonical tree, summed by the caller).
- * fin128_inputs: its RMSNorm weights and cos/sin.  fin128_prepare: y, the
+ * fin128_weights: its RMSNorm weights (loaded first: they wait for
+ * nothing); fin128_cos_sin: its cos/sin, once the check record names the
+ * row.  fin128_prepare: y, the
  * bf16 values (NOPE) or rotated bits (RoPE) into z / h, and the flags in
  * local memory fl[0..7] (zeroed by the caller before a barrier): fl[0] a
  * non-finite value anywhere, fl[1 + g] group g's amax bits (the integer
  * max of finalize_group's stages, here by local atomics: 16 work-items per
  * address).  After a barrier, fin128_store writes the slot.
  */
-static inline void fin128_inputs(__global const ushort *weight, __global const float *cs, int interleaved, int q,
-                                 float w[4], float csv[4]) {
-    for (int k = 0; k < 4; k++) {
-        w[k] = kvc_bf16_to_f32(weight[4 * q + k]);
-        csv[k] = 0.0f;
-    }
+static inline void fin128_weights(__global const ushort *weight, int q, float w[4]) {
+    for (int k = 0; k < 4; k++) w[k] = kvc_bf16_to_f32(weight[4 * q + k]);
+}
+static inline void fin128_cos_sin(__global const float *cs, int interleaved, int q, float csv[4]) {
+    for (int k = 0; k < 4; k++) csv[k] = 0.0f;
     if (q >= 112)
         for (int k = 0; k < 2; k++) kvc_cos_sin(cs, interleaved, 2 * (q - 112) + k, &csv[2 * k], &csv[2 * k + 1]);
 }
@@ -309,12 +310,13 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void kvc_slice_finish(
     const int q = (int)get_local_id(0);
     __global const long *cr = check_record(&sh, &pl, chunk_states, o);
     /* every load but cos/sin (row pc of the check record) at once, none
-     * waiting for the check: the records, states and bad-block words of
-     * every output lie at fixed places (what an invalid or padding output
-     * left there is read but not used) */
+     * waiting for the check: the records, states, bad-block words and
+     * weights of every output lie at fixed places (what an invalid or
+     * padding output left there is read but not used) */
     const long chk = cr[0], value = cr[1], slot = cr[2], pc = cr[3];
     float z[4], c[4], ss = 0.0f, w[4], csv[4];
     ushort h[4];
+    fin128_weights(weight, q, w);
     const int gbad = q < ngroups && tickets[2 * (ngroups * o + q)]; /* slice group q met a bad block */
     if (nch == 1) { /* (the same branch for the whole group: its barriers below) */
         __global const float *rec = chunk_states + o * KVC_CL_SLICE_REC;
@@ -337,7 +339,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void kvc_slice_finish(
         }
     }
     const int fin = report_check(st, o, (int)chk, value, slot, q == 0); /* (the same for all work-items) */
-    if (fin) fin128_inputs(weight, cos_sin + pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, w, csv);
+    if (fin) fin128_cos_sin(cos_sin + pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, csv);
     if (q < 8) flags[q] = 0;
     if (q == 8) flags[8] = ngroups;
     barrier(CLK_LOCAL_MEM_FENCE);
