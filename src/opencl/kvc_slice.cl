@@ -239,12 +239,12 @@ static inline st2 chunk_state(__global const float *cs, int q) {
  * canonical tree, summed by the caller).
  * fin128_weights: its RMSNorm weights (loaded first: they wait for
  * nothing); fin128_cos_sin: its cos/sin, once the check record names the
- * row.  fin128_prepare: y, the
- * bf16 values (NOPE) or rotated bits (RoPE) into z / h, and the flags in
- * local memory fl[0..7] (zeroed by the caller before a barrier): fl[0] a
- * non-finite value anywhere, fl[1 + g] group g's amax bits (the integer
- * max of finalize_group's stages, here by local atomics: 16 work-items per
- * address).  After a barrier, fin128_store writes the slot.
+ * row.  fin128_prepare: y, the bf16 values (NOPE) or rotated bits (RoPE)
+ * into z / h, and the flags in local memory fl[0..7] (zeroed by the caller
+ * before a barrier): fl[0] a non-finite value anywhere, fl[1 + g] group g's
+ * amax bits (the integer max of finalize_group's stages, here by local
+ * atomics: 16 work-items per address).  After a barrier, fin128_store
+ * writes the slot.
  */
 static inline void fin128_weights(__global const ushort *weight, int q, float w[4]) {
     for (int k = 0; k < 4; k++) w[k] = kvc_bf16_to_f32(weight[4 * q + k]);
