@@ -335,10 +335,30 @@ static void seg_reduce(const float *const *vrow, const float *const *srow, int n
     for (int d = 0; d < D; d++) kvc_seg_close(st->m[d], &st->den[d], &st->num[d]);
 }
 
-/* A = merge(A, B), all dimensions. */
+/* The lines of a segment still to come, prefetched into L2 one at a time
+ * while the canonical tree's merges run (nothing else streams then): line l
+ * of every row half, then line l + 1.  n = 0: nothing to prefetch. */
+typedef struct {
+    const float *half[2 * KVC_SEG]; /* the rows' value and score halves */
+    int n, next;                    /* halves; lines issued */
+} pf_cursor;
+
+static inline void cursor_step(pf_cursor *c) {
+    if (c->next >= c->n * (D / 16)) return;
+    __builtin_prefetch(c->half[c->next % c->n] + 16 * (c->next / c->n), 0, 2);
+    c->next++;
+}
+
+/* A = merge(A, B), all dimensions, with one line of cursor c per 16 dims:
+ * about what the memory delivers in that time (a burst of the segment's 512
+ * lines held the core: bench/NOTES.md c41). */
 KVC_CLONES
-static void state_merge(seg_state *restrict A, const seg_state *restrict B) {
-    for (int d = 0; d < D; d++) kvc_merge(&A->m[d], &A->den[d], &A->num[d], B->m[d], B->den[d], B->num[d]);
+static void state_merge(seg_state *restrict A, const seg_state *restrict B, pf_cursor *c) {
+    for (int b = 0; b < D; b += 16) {
+        cursor_step(c);
+        for (int d = b; d < b + 16; d++)
+            kvc_merge(&A->m[d], &A->den[d], &A->num[d], B->m[d], B->den[d], B->num[d]);
+    }
 }
 
 KVC_CLONES
@@ -361,15 +381,35 @@ static int segment_rows(const kvc_args *a, const kvc_shape *sh, const int32_t *t
     return n;
 }
 
+/* Cursor c over segment sg of the output (sg >= nseg: segment sg - nseg of
+ * next, if any; else nothing). */
+static void cursor_at(pf_cursor *c, const kvc_args *a, const kvc_shape *sh, const kvc_out_info *inf,
+                      const kvc_out_info *next, int64_t rows, int64_t nseg, int64_t sg) {
+    const float *v[KVC_SEG], *s[KVC_SEG];
+    int n = 0;
+    if (sg >= nseg && next && sg - nseg < nseg) {
+        inf = next;
+        sg -= nseg;
+    }
+    if (sg < nseg) n = segment_rows(a, sh, a->block_table + inf->r * a->block_table_stride, inf->p, rows, sg, v, s);
+    for (int i = 0; i < n; i++) {
+        c->half[2 * i] = v[i];
+        c->half[2 * i + 1] = s[i];
+    }
+    c->n = 2 * n;
+    c->next = 0;
+}
+
 /* Compute one output; next: the output this thread computes after it
- * (NULL: none), whose first segment the last one prefetches.  @return 1 if
- * written non-finite. */
+ * (NULL: none), whose first segment the last one prefetches (and whose
+ * second the merges after it do).  @return 1 if written non-finite. */
 static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_info *inf,
                           const kvc_out_info *next, seg_state *stack, int *sizes, float *c, float *y) {
     const int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
     const int64_t nseg = kvc_num_segments(rows);
     const int32_t *table_row = a->block_table + inf->r * a->block_table_stride;
     int top = -1;
+    pf_cursor pf = {{NULL}, 0, 0};
     const float *rv[2][KVC_SEG], *rs[2][KVC_SEG]; /* this segment's rows and the next one's */
     int rn[2];
     rn[0] = segment_rows(a, sh, table_row, inf->p, rows, 0, rv[0], rs[0]);
@@ -396,9 +436,13 @@ static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_
         top++;
         seg_reduce(rv[cur], rs[cur], rn[cur], pfs, pfv, &stack[top]);
         sizes[top] = 1;
-#define CPU_MERGE(l, r) state_merge(&stack[l], &stack[r])
+        /* merges follow: they prefetch the segment after next (the next
+         * one is on its way: seg_reduce prefetched it) */
+        if (top >= 1 && sizes[top - 1] == 1) cursor_at(&pf, a, sh, inf, next, rows, nseg, sg + 2);
+#define CPU_MERGE(l, r) state_merge(&stack[l], &stack[r], &pf)
         KVC_TREE_PUSH(sizes, top, CPU_MERGE);
     }
+    pf.n = 0;
     KVC_TREE_FOLD(top, CPU_MERGE);
 #undef CPU_MERGE
     state_result(&stack[0], c);
