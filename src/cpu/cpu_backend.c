@@ -337,16 +337,16 @@ static void seg_reduce(const float *const *vrow, const float *const *srow, int n
 
 /* The lines of a segment still to come, prefetched into L2 one at a time
  * while the canonical tree's merges run (nothing else streams then): line l
- * of every row half, then line l + 1.  n = 0: nothing to prefetch. */
+ * of every row half, then line l + 1; line = D / 16: nothing left. */
 typedef struct {
     const float *half[2 * KVC_SEG]; /* the rows' value and score halves */
-    int n, next;                    /* halves; lines issued */
+    int n, i, line;                 /* halves; the next line: half i's line `line` */
 } pf_cursor;
 
 static inline void cursor_step(pf_cursor *c) {
-    if (c->next >= c->n * (D / 16)) return;
-    __builtin_prefetch(c->half[c->next % c->n] + 16 * (c->next / c->n), 0, 2);
-    c->next++;
+    if (c->line >= D / 16) return; /* done, or nothing to prefetch */
+    __builtin_prefetch(c->half[c->i] + 16 * c->line, 0, 2);
+    if (++c->i == c->n) c->i = 0, c->line++;
 }
 
 /* A = merge(A, B), all dimensions, with one line of cursor c per 16 dims:
@@ -366,15 +366,17 @@ static void state_result(const seg_state *restrict st, float *restrict c) {
     for (int d = 0; d < D; d++) c[d] = KVC_DIV(st->num[d], st->den[d]);
 }
 
-/* Value and score pointers of the rows of segment sg (the indices were
- * checked by kvc_check_indices: no row is KVC_ROW_BAD); @return its row count. */
-static int segment_rows(const kvc_args *a, const kvc_shape *sh, const int32_t *table_row, int64_t p, int64_t rows,
-                        int64_t sg, const float **v, const float **s) {
+/* Value and score pointers of the rows of output inf's segment sg (the
+ * indices were checked by kvc_check_indices: no row is KVC_ROW_BAD);
+ * @return its row count. */
+static int segment_rows(const kvc_args *a, const kvc_shape *sh, const kvc_out_info *inf, int64_t rows, int64_t sg,
+                        const float **v, const float **s) {
+    const int32_t *table_row = a->block_table + inf->r * a->block_table_stride;
     const int n = (int)((rows - sg * KVC_SEG) < KVC_SEG ? rows - sg * KVC_SEG : KVC_SEG);
     const int64_t sdelta = kvc_score_delta(a->overlap == KVC_OVERLAP_ON);
     for (int i = 0; i < n; i++) {
         kvc_i64 blk;
-        const int64_t off = kvc_row_lookup(sh, table_row, p, sg * KVC_SEG + i, &blk);
+        const int64_t off = kvc_row_lookup(sh, table_row, inf->p, sg * KVC_SEG + i, &blk);
         v[i] = off < 0 ? g_masked_v : a->state_cache + off;
         s[i] = off < 0 ? g_masked_s : a->state_cache + off + sdelta;
     }
@@ -391,13 +393,14 @@ static void cursor_at(pf_cursor *c, const kvc_args *a, const kvc_shape *sh, cons
         inf = next;
         sg -= nseg;
     }
-    if (sg < nseg) n = segment_rows(a, sh, a->block_table + inf->r * a->block_table_stride, inf->p, rows, sg, v, s);
+    if (sg < nseg) n = segment_rows(a, sh, inf, rows, sg, v, s);
     for (int i = 0; i < n; i++) {
         c->half[2 * i] = v[i];
         c->half[2 * i + 1] = s[i];
     }
     c->n = 2 * n;
-    c->next = 0;
+    c->i = 0;
+    c->line = n ? 0 : D / 16;
 }
 
 /* Compute one output; next: the output this thread computes after it
@@ -407,12 +410,11 @@ static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_
                           const kvc_out_info *next, seg_state *stack, int *sizes, float *c, float *y) {
     const int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
     const int64_t nseg = kvc_num_segments(rows);
-    const int32_t *table_row = a->block_table + inf->r * a->block_table_stride;
     int top = -1;
-    pf_cursor pf = {{NULL}, 0, 0};
+    pf_cursor pf = {{NULL}, 0, 0, D / 16}; /* nothing to prefetch yet */
     const float *rv[2][KVC_SEG], *rs[2][KVC_SEG]; /* this segment's rows and the next one's */
     int rn[2];
-    rn[0] = segment_rows(a, sh, table_row, inf->p, rows, 0, rv[0], rs[0]);
+    rn[0] = segment_rows(a, sh, inf, rows, 0, rv[0], rs[0]);
     for (int64_t sg = 0; sg < nseg; sg++) {
         const int cur = (int)(sg & 1), nxt = cur ^ 1;
         const float *const *pfs = NULL, *const *pfv = NULL;
@@ -421,14 +423,13 @@ static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_
              * reduced (seg_reduce8): shuffled tables jump to a cold block
              * that the hardware prefetcher cannot see, and even contiguous
              * rows (each row half its own 2 KiB stream) ran faster with it. */
-            rn[nxt] = segment_rows(a, sh, table_row, inf->p, rows, sg + 1, rv[nxt], rs[nxt]);
+            rn[nxt] = segment_rows(a, sh, inf, rows, sg + 1, rv[nxt], rs[nxt]);
             if (rn[nxt] == KVC_SEG) {
                 pfs = rs[nxt];
                 pfv = rv[nxt];
             }
         } else if (next) {
-            const int32_t *next_row = a->block_table + next->r * a->block_table_stride;
-            if (segment_rows(a, sh, next_row, next->p, rows, 0, rv[nxt], rs[nxt]) == KVC_SEG) {
+            if (segment_rows(a, sh, next, rows, 0, rv[nxt], rs[nxt]) == KVC_SEG) {
                 pfs = rs[nxt];
                 pfv = rv[nxt];
             }
@@ -442,7 +443,7 @@ static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_
 #define CPU_MERGE(l, r) state_merge(&stack[l], &stack[r], &pf)
         KVC_TREE_PUSH(sizes, top, CPU_MERGE);
     }
-    pf.n = 0;
+    pf.line = D / 16; /* the fold's merges prefetch nothing */
     KVC_TREE_FOLD(top, CPU_MERGE);
 #undef CPU_MERGE
     state_result(&stack[0], c);
