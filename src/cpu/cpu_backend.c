@@ -7,6 +7,8 @@
  * lock-step loops the compiler vectorises; segment states are combined in
  * the canonical tree order with a binary-counter stack, so scratch memory is
  * O(log(C / 8) x 512) floats per thread, never proportional to outputs x C.
+ * With AVX-512F a full segment's merges run inside its loop, 16 dims at a
+ * time, while the next segment streams in.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -54,11 +56,14 @@ typedef struct {
 static float g_masked_v[D];      /* a masked overlap row: value 0 ... */
 static float g_masked_s[D];      /* ... score -Inf                     */
 static pthread_once_t g_masked_once = PTHREAD_ONCE_INIT;
+#if KVC_CPU_AVX512
 static int g_avx512; /* seg_reduce8_avx512 runs here */
+#endif
 static void init_masked(void) {
     for (int d = 0; d < D; d++) g_masked_s[d] = -INFINITY;
 #if KVC_CPU_AVX512
-    g_avx512 = __builtin_cpu_supports("avx512f");
+    /* test hook: the tests run the portable segment loop here too */
+    g_avx512 = __builtin_cpu_supports("avx512f") && !kvc_test_hook("KVC_CPU_NO_AVX512");
 #endif
 }
 
@@ -209,6 +214,26 @@ __attribute__((target("avx512f"), always_inline)) static inline void seg16(const
     *onum = _mm512_mask_mov_ps(num, dead, zero);
 }
 
+/* kvc_merge of 16 dims in AVX-512F: the left state (lm, ld, ln) merged with
+ * the right one in *m, *den, *num, which receive the result.  The same
+ * operations in the same order; exp16's argument is <= 0, -Inf or NaN,
+ * where it equals kvc_exp. */
+__attribute__((target("avx512f"), always_inline)) static inline void merge16(__m512 lm, __m512 ld, __m512 ln,
+                                                                           __m512 *m, __m512 *den, __m512 *num) {
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    __m512 mx = _mm512_max_ps(lm, *m); /* kvc_max: lm > m ? lm : m, and a NaN lm kept */
+    mx = _mm512_mask_mov_ps(mx, _mm512_cmp_ps_mask(lm, lm, _CMP_UNORD_Q), lm);
+    const __mmask16 a_max = _mm512_cmp_ps_mask(lm, mx, _CMP_EQ_OQ);
+    const __m512 f = exp16(_mm512_sub_ps(_mm512_mask_blend_ps(a_max, lm, *m), mx));
+    const __m512 fa = _mm512_mask_blend_ps(a_max, f, one), fb = _mm512_mask_blend_ps(a_max, one, f);
+    const __m512 d = _mm512_add_ps(_mm512_mul_ps(ld, fa), _mm512_mul_ps(*den, fb));
+    const __m512 n = _mm512_add_ps(_mm512_mul_ps(ln, fa), _mm512_mul_ps(*num, fb));
+    const __mmask16 dead = _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+    *m = mx;
+    *den = _mm512_mask_mov_ps(d, dead, zero);
+    *num = _mm512_mask_mov_ps(n, dead, zero);
+}
+
 /* Dims before the first 64-byte line boundary of the 16 rows, when all of
  * them start at the same offset within a line (0: aligned, or offsets that
  * differ). */
@@ -232,14 +257,16 @@ __attribute__((target("avx512f"), always_inline)) static inline void store_split
     _mm512_mask_storeu_ps(p + D - 16, tm, v);
 }
 
-/* seg_reduce8 in AVX-512F, the same prefetches.  Rows that all start h
+/* seg_reduce8 in AVX-512F, the same prefetches, each block's merges in
+ * registers (merge16).  Rows that all start h
  * dims before a line boundary (numpy's and malloc's large buffers start 16
  * bytes into a page) are read in whole lines: dims [h, h + 496) as 31
  * line-aligned vectors, and dims [0, h) with [496 + h, 512) as one vector of
  * two masked loads, so that no load spans two lines. */
 __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
     const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
-    const float *const *pfv, float *restrict om, float *restrict oden, float *restrict onum) {
+    const float *const *pfv, seg_state *st, seg_state *const *left, int k) {
+    seg_state *out = k ? left[k - 1] : st;
     __m512 sv[KVC_SEG], vv[KVC_SEG], m, den, num;
     const int h = rows_head(sr, vr);
     if (h) {
@@ -255,9 +282,12 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
             vv[i] = load_split(vr[i], hm, tm);
         }
         seg16(sv, vv, &m, &den, &num);
-        store_split(om, hm, tm, m);
-        store_split(oden, hm, tm, den);
-        store_split(onum, hm, tm, num);
+        for (int j = 0; j < k; j++)
+            merge16(load_split(left[j]->m, hm, tm), load_split(left[j]->den, hm, tm),
+                    load_split(left[j]->num, hm, tm), &m, &den, &num);
+        store_split(out->m, hm, tm, m);
+        store_split(out->den, hm, tm, den);
+        store_split(out->num, hm, tm, num);
     }
     for (int b = h; b + 16 <= D; b += 16) {
         block_prefetch(sr, vr, pfs, pfv, b);
@@ -266,9 +296,12 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
             vv[i] = _mm512_loadu_ps(vr[i] + b);
         }
         seg16(sv, vv, &m, &den, &num);
-        _mm512_storeu_ps(om + b, m);
-        _mm512_storeu_ps(oden + b, den);
-        _mm512_storeu_ps(onum + b, num);
+        for (int j = 0; j < k; j++)
+            merge16(_mm512_loadu_ps(left[j]->m + b), _mm512_loadu_ps(left[j]->den + b),
+                    _mm512_loadu_ps(left[j]->num + b), &m, &den, &num);
+        _mm512_storeu_ps(out->m + b, m);
+        _mm512_storeu_ps(out->den + b, den);
+        _mm512_storeu_ps(out->num + b, num);
     }
 }
 
@@ -313,52 +346,39 @@ int64_t kvc_cpu_exp16_mismatches(uint32_t stride) {
 }
 #endif
 
-/* Reduce one segment of n (1..8) rows into st. */
+/* A = merge(A, B), all dimensions. */
+KVC_CLONES
+static void state_merge(seg_state *restrict A, const seg_state *restrict B) {
+    for (int d = 0; d < D; d++) kvc_merge(&A->m[d], &A->den[d], &A->num[d], B->m[d], B->den[d], B->num[d]);
+}
+
+/* Reduce one segment of n (1..8) rows into st, then merge it into the k
+ * states of `left`, nearest first -- left[j] = merge(left[j], left[j - 1]),
+ * left[-1] being st: the merges KVC_TREE_PUSH makes for it -- so the result
+ * is in left[k - 1] (st if k = 0).  With AVX-512F a full segment merges
+ * block by block inside its loop, while the next segment streams in
+ * (bench/NOTES.md c44); elsewhere the merges follow the loop (gcc's
+ * vectorisation of the portable loop did not survive them inside). */
 KVC_CLONES
 static void seg_reduce(const float *const *vrow, const float *const *srow, int n, const float *const *pfs,
-                       const float *const *pfv, seg_state *restrict st) {
+                       const float *const *pfv, seg_state *st, seg_state *const *left, int k) {
     if (n == KVC_SEG) {
 #if KVC_CPU_AVX512
         if (g_avx512) {
-            seg_reduce8_avx512(srow, vrow, pfs, pfv, st->m, st->den, st->num);
+            seg_reduce8_avx512(srow, vrow, pfs, pfv, st, left, k);
             return;
         }
 #endif
         seg_reduce8(srow, vrow, pfs, pfv, st->m, st->den, st->num);
-        return;
+    } else {
+        memcpy(st->m, srow[0], sizeof st->m);
+        memset(st->den, 0, sizeof st->den);
+        memset(st->num, 0, sizeof st->num);
+        for (int i = 1; i < n; i++) row_max(st->m, srow[i]);
+        for (int i = 0; i < n; i++) row_step(st->m, srow[i], vrow[i], st->den, st->num);
+        for (int d = 0; d < D; d++) kvc_seg_close(st->m[d], &st->den[d], &st->num[d]);
     }
-    memcpy(st->m, srow[0], sizeof st->m);
-    memset(st->den, 0, sizeof st->den);
-    memset(st->num, 0, sizeof st->num);
-    for (int i = 1; i < n; i++) row_max(st->m, srow[i]);
-    for (int i = 0; i < n; i++) row_step(st->m, srow[i], vrow[i], st->den, st->num);
-    for (int d = 0; d < D; d++) kvc_seg_close(st->m[d], &st->den[d], &st->num[d]);
-}
-
-/* The lines of a segment still to come, prefetched into L2 one at a time
- * while the canonical tree's merges run (nothing else streams then): line l
- * of every row half, then line l + 1; line = D / 16: nothing left. */
-typedef struct {
-    const float *half[2 * KVC_SEG]; /* the rows' value and score halves */
-    int n, i, line;                 /* halves; the next line: half i's line `line` */
-} pf_cursor;
-
-static inline void cursor_step(pf_cursor *c) {
-    if (c->line >= D / 16) return; /* done, or nothing to prefetch */
-    __builtin_prefetch(c->half[c->i] + 16 * c->line, 0, 2);
-    if (++c->i == c->n) c->i = 0, c->line++;
-}
-
-/* A = merge(A, B), all dimensions, with one line of cursor c per 16 dims:
- * about what the memory delivers in that time (a burst of the segment's 512
- * lines held the core: bench/NOTES.md c41). */
-KVC_CLONES
-static void state_merge(seg_state *restrict A, const seg_state *restrict B, pf_cursor *c) {
-    for (int b = 0; b < D; b += 16) {
-        cursor_step(c);
-        for (int d = b; d < b + 16; d++)
-            kvc_merge(&A->m[d], &A->den[d], &A->num[d], B->m[d], B->den[d], B->num[d]);
-    }
+    for (int j = 0; j < k; j++) state_merge(left[j], j ? left[j - 1] : st);
 }
 
 KVC_CLONES
@@ -383,26 +403,6 @@ static int segment_rows(const kvc_args *a, const kvc_shape *sh, const kvc_out_in
     return n;
 }
 
-/* Cursor c over segment sg of the output (sg >= nseg: segment sg - nseg of
- * next, if any; else nothing). */
-static void cursor_at(pf_cursor *c, const kvc_args *a, const kvc_shape *sh, const kvc_out_info *inf,
-                      const kvc_out_info *next, int64_t rows, int64_t nseg, int64_t sg) {
-    const float *v[KVC_SEG], *s[KVC_SEG];
-    int n = 0;
-    if (sg >= nseg && next && sg - nseg < nseg) {
-        inf = next;
-        sg -= nseg;
-    }
-    if (sg < nseg) n = segment_rows(a, sh, inf, rows, sg, v, s);
-    for (int i = 0; i < n; i++) {
-        c->half[2 * i] = v[i];
-        c->half[2 * i + 1] = s[i];
-    }
-    c->n = 2 * n;
-    c->i = 0;
-    c->line = n ? 0 : D / 16;
-}
-
 /* Compute one output; next: the output this thread computes after it
  * (NULL: none), whose first segment the last one prefetches (and whose
  * second the merges after it do).  @return 1 if written non-finite. */
@@ -411,7 +411,7 @@ static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_
     const int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
     const int64_t nseg = kvc_num_segments(rows);
     int top = -1;
-    pf_cursor pf = {{NULL}, 0, 0, D / 16}; /* nothing to prefetch yet */
+    seg_state *left[64]; /* the states a segment merges into (64 > levels) */
     const float *rv[2][KVC_SEG], *rs[2][KVC_SEG]; /* this segment's rows and the next one's */
     int rn[2];
     rn[0] = segment_rows(a, sh, inf, rows, 0, rv[0], rs[0]);
@@ -434,16 +434,19 @@ static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_
                 pfv = rv[nxt];
             }
         }
-        top++;
-        seg_reduce(rv[cur], rs[cur], rn[cur], pfs, pfv, &stack[top]);
-        sizes[top] = 1;
-        /* merges follow: they prefetch the segment after next (the next
-         * one is on its way: seg_reduce prefetched it) */
-        if (top >= 1 && sizes[top - 1] == 1) cursor_at(&pf, a, sh, inf, next, rows, nseg, sg + 2);
-#define CPU_MERGE(l, r) state_merge(&stack[l], &stack[r], &pf)
-        KVC_TREE_PUSH(sizes, top, CPU_MERGE);
+        /* KVC_TREE_PUSH's merges for this segment: into the complete
+         * subtrees of 1, 2, 4, ... segments on top of the stack */
+        int k = 0, size = 1;
+        while (top - k >= 0 && sizes[top - k] == size) {
+            left[k] = &stack[top - k];
+            k++;
+            size *= 2;
+        }
+        seg_reduce(rv[cur], rs[cur], rn[cur], pfs, pfv, &stack[top + 1], left, k);
+        top += 1 - k;
+        sizes[top] = size;
     }
-    pf.line = D / 16; /* the fold's merges prefetch nothing */
+#define CPU_MERGE(l, r) state_merge(&stack[l], &stack[r])
     KVC_TREE_FOLD(top, CPU_MERGE);
 #undef CPU_MERGE
     state_result(&stack[0], c);
