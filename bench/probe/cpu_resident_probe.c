@@ -1,0 +1,158 @@
+/* cpu_resident_probe.c -- where the CPU backend's time goes on one case
+ * (issue 21; not part of the library).  In one process, interleaved round by
+ * round, it times:
+ *   real      the library on the kvc-rand case;
+ *   resident  the library on the same case with every block-table entry of a
+ *             request pointing at one of its blocks, so that the rows stay in
+ *             L1/L2: the same calls, segments, merges and finalisers with no
+ *             memory traffic -- the library's arithmetic ceiling here;
+ *   floor     a plain read of the case's bytes with the same threads (SPEC 6);
+ *   1 GiB     a plain read of 1 GiB (the bench's "read bandwidth").
+ * and prints their medians as GB/s of the case's bytes.
+ * Build: cmake --build build --target kvcompress_static, then
+ *   gcc -O2 -Iinclude bench/probe/cpu_resident_probe.c build/libkvcompress.a -lpthread -lm -o cpu_resident_probe
+ * Run:   ./cpu_resident_probe reqs tokens C [shuffle 0/1] [rounds] [threads]
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kvcompress.h"
+#include "kvcompress_rand.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} rd_job;
+static void *rd_worker(void *arg) {
+    rd_job *j = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= j->n; i += 4) {
+        s0 += j->p[i];
+        s1 += j->p[i + 1];
+        s2 += j->p[i + 2];
+        s3 += j->p[i + 3];
+    }
+    j->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+/* One read of n words with `threads` threads (at most 64); seconds. */
+static double read_once(const uint64_t *buf, size_t n, int threads, uint64_t *sink) {
+    rd_job jobs[64];
+    pthread_t tids[64];
+    const double t0 = now_s();
+    for (int t = 0; t < threads; t++) {
+        jobs[t].p = buf + n * (size_t)t / (size_t)threads;
+        jobs[t].n = n * (size_t)(t + 1) / (size_t)threads - n * (size_t)t / (size_t)threads;
+        if (t > 0) pthread_create(&tids[t], NULL, rd_worker, &jobs[t]);
+    }
+    rd_worker(&jobs[0]);
+    for (int t = 1; t < threads; t++) pthread_join(tids[t], NULL);
+    const double dt = now_s() - t0;
+    for (int t = 0; t < threads; t++) *sink += jobs[t].sum;
+    return dt;
+}
+static uint64_t *filled(size_t words) {
+    uint64_t *b = malloc(words * 8);
+    if (b)
+        for (size_t i = 0; i < words; i++) b[i] = i * 0x9E3779B97F4A7C15ull;
+    return b;
+}
+static double timed_call(const kvc_args *a, const kvc_exec *ex) {
+    const double t0 = now_s();
+    if (kvc_compress(a, ex, NULL) != KVC_OK) {
+        fprintf(stderr, "kvc_compress: %s\n", kvc_last_error_message());
+        exit(1);
+    }
+    return now_s() - t0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s reqs tokens C [shuffle 0/1] [rounds] [threads]\n", argv[0]);
+        return 2;
+    }
+    kvc_case_params p;
+    memset(&p, 0, sizeof p);
+    p.num_reqs = atoll(argv[1]);
+    p.total_tokens = atoll(argv[2]);
+    p.compress_ratio = atoll(argv[3]);
+    p.block_size = 8;
+    p.shuffle = argc > 4 ? atoi(argv[4]) : 0;
+    p.seed = 1;
+    const int rounds = argc > 5 && atoi(argv[5]) > 0 ? (atoi(argv[5]) < 64 ? atoi(argv[5]) : 63) : 9;
+    int threads = argc > 6 ? atoi(argv[6]) : 2;
+    threads = threads < 1 ? 1 : threads > 64 ? 64 : threads;
+    kvc_case c;
+    if (kvc_case_generate(&p, 0, &c) != KVC_OK) {
+        fprintf(stderr, "kvc_case_generate: %s\n", kvc_last_error_message());
+        return 1;
+    }
+    /* the resident table: each request's entries all name its first block
+     * in range (entries outside [0, num_blocks) are never read) */
+    const kvc_args *a = &c.args;
+    const int64_t stride = a->block_table_stride ? a->block_table_stride : a->blocks_per_req;
+    int32_t *table = malloc(sizeof(int32_t) * (size_t)(a->num_reqs * stride));
+    for (int64_t r = 0; r < a->num_reqs; r++) {
+        int32_t blk = 0;
+        for (int64_t k = a->blocks_per_req - 1; k >= 0; k--) {
+            const int32_t x = a->block_table[r * stride + k];
+            if (x >= 0 && x < a->num_blocks) blk = x;
+        }
+        for (int64_t k = 0; k < stride; k++) table[r * stride + k] = blk;
+    }
+    kvc_args resident = *a;
+    resident.block_table = table;
+
+    const double bytes = (double)a->num_outputs * (double)a->compress_ratio * 4096.0;
+    const size_t case_words = (size_t)(bytes / 8), big_words = ((size_t)1 << 30) / 8;
+    uint64_t *floor_buf = filled(case_words), *big = filled(big_words), sink = 0;
+    if (!table || !floor_buf || !big) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
+    kvc_exec ex;
+    kvc_exec_init(&ex);
+    ex.backend = KVC_BACKEND_CPU;
+    ex.num_threads = threads;
+    timed_call(a, &ex); /* warm-up */
+    timed_call(&resident, &ex);
+    double t[4][64];
+    for (int i = 0; i < rounds; i++) {
+        t[0][i] = timed_call(a, &ex);
+        t[1][i] = timed_call(&resident, &ex);
+        t[2][i] = read_once(floor_buf, case_words, threads, &sink);
+        t[3][i] = read_once(big, big_words, threads, &sink) * bytes / (double)(big_words * 8);
+    }
+    static const char *name[4] = {"real", "resident", "floor", "1 GiB"};
+    printf("r%lld_t%lld_c%lld %s, %d threads, %d rounds, medians (1 GiB: scaled to the case's bytes)%s\n",
+           (long long)p.num_reqs, (long long)p.total_tokens, (long long)p.compress_ratio,
+           p.shuffle ? "shuffle" : "contig", threads, rounds, sink == 42 ? " " : "");
+    double med[4];
+    for (int k = 0; k < 4; k++) {
+        qsort(t[k], (size_t)rounds, sizeof(double), cmp_double);
+        med[k] = t[k][rounds / 2];
+    }
+    for (int k = 0; k < 4; k++)
+        printf("  %-9s %10.0f us %6.1f GB/s  x floor %.3f  of 1 GiB %5.1f%%\n", name[k], med[k] * 1e6,
+               bytes / med[k] / 1e9, med[k] / med[2], 100.0 * med[3] / med[k]);
+    kvc_case_free(&c);
+    free(table);
+    free(floor_buf);
+    free(big);
+    return 0;
+}
