@@ -235,6 +235,15 @@ int main(int argc, char **argv) {
         else TU_CHECK(bad == 0, "AVX-512F exp: %lld of the sampled floats differ from kvc_exp", (long long)bad);
     }
 
+    /* the CPU backend's AVX-512F finaliser equals kvc_finalize_slot byte
+     * for byte */
+    {
+        const int64_t bad = kvc_cpu_finalize_mismatches(20000, 42);
+        if (bad < 0) printf("skip AVX-512F finaliser: no AVX-512F here\n");
+        else TU_CHECK(bad == 0, "AVX-512F finaliser: %lld of 20000 random slots differ from kvc_finalize_slot",
+                      (long long)bad);
+    }
+
     /* kexp */
     TU_CHECK(kvc_exp(0.0f) == 1.0f, "kexp(0) = %a", kvc_exp(0.0f));
     TU_CHECK(kvc_exp(-INFINITY) == 0.0f, "kexp(-inf)");

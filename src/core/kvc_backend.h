@@ -35,6 +35,11 @@ typedef struct kvc_backend_ops {
  * stride-th non-positive float (and -Inf, NaNs, +0): @return the number of
  * differing results, -1 where the CPU has no AVX-512F (tests/test_units.c). */
 KVC_HIDDEN int64_t kvc_cpu_exp16_mismatches(uint32_t stride);
+/* The CPU backend's AVX-512F finaliser (cpu_finalize.c) against
+ * kvc_finalize_slot on `trials` random inputs from `seed` (both formats and
+ * cos/sin layouts, NaN / Inf / zero windows, overflowing and vanishing
+ * sums): @return the number whose bytes differ, -1 without AVX-512F. */
+KVC_HIDDEN int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed);
 
 /* Test hooks (CMake KVC_TEST_HOOKS, on in test builds only): environment
  * variables, set to 1, that make the tests reach kernels a call would not

@@ -17,19 +17,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu_simd.h"
+#include "kvc_backend.h"
 #include "kvc_canon.h"
 #include "kvc_check.h"
-#include "kvc_backend.h"
 
 #define D 512
 
-/* x86-64 with GCC or clang: the AVX-512F segment loop, taken at run time
- * where the CPU has AVX-512F (the bytes never depend on it). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(KVC_NO_TARGET_CLONES)
-#define KVC_CPU_AVX512 1
+/* the AVX-512F segment loop and finaliser (cpu_simd.h) */
+#if KVC_CPU_AVX512
 #include <immintrin.h>
-#else
-#define KVC_CPU_AVX512 0
 #endif
 
 /* Optional per-function ISA clones: bytes never depend on the clone taken,
@@ -454,6 +451,12 @@ static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_
     int64_t payload, scales;
     kvc_slot_offsets(a, inf->slot, &payload, &scales);
     const float *cs = a->cos_sin_cache + inf->pc * a->cos_sin_stride;
+#if KVC_CPU_AVX512
+    if (g_avx512)
+        return kvc_cpu_finalize_avx512(c, y, a->rms_norm_weight, cs, a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED,
+                                       a->rms_norm_eps, a->nope_format == KVC_NOPE_FP8_E4M3, a->kv_cache + payload,
+                                       a->kv_cache + scales);
+#endif
     return kvc_finalize_slot(c, y, a->rms_norm_weight, cs, a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED,
                              a->rms_norm_eps, a->nope_format == KVC_NOPE_FP8_E4M3, a->kv_cache + payload,
                              a->kv_cache + scales);

@@ -1,0 +1,207 @@
+/*
+ * cpu_finalize.c -- kvc_finalize_slot (kvc_canon.h) in AVX-512F for the
+ * CPU backend: the RMS tree, the norm, RoPE, bf16 and the NOPE codes 16
+ * dims at a time.  Each lane does the scalar finaliser's operations in its
+ * order (the tree's pairs are the same pairs, gathered by permutes), so the
+ * bytes are the same; tests/test_units.c compares the two on random and
+ * special inputs, and every golden case runs through it.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_simd.h"
+#include "kvc_backend.h"
+#include "kvc_canon.h"
+
+#if KVC_CPU_AVX512
+#include <immintrin.h>
+
+#define AVX512 __attribute__((target("avx512f")))
+#define AVX512_INLINE __attribute__((target("avx512f"), always_inline)) static inline
+
+/* lanes 0, 2, ..., 30 and 1, 3, ..., 31 of two vectors: one pair's halves */
+static const int32_t kEven[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+static const int32_t kOdd[16] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+
+/* kvc_nonfinite of each lane */
+AVX512_INLINE __mmask16 nonfinite16(__m512 x) {
+    const __m512i e = _mm512_set1_epi32(0x7F800000);
+    return _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(x), e), e);
+}
+/* kvc_bf16_bits of each lane, in its low 16 bits */
+AVX512_INLINE __m512i bf16_bits16(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), lsb)), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                  _mm512_set1_epi32(0x7F800000));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32((int)KVC_BF16_QNAN));
+}
+/* kvc_bf16_nonfinite of each lane's bits */
+AVX512_INLINE __mmask16 bf16_nonfinite16(__m512i h) {
+    const __m512i e = _mm512_set1_epi32(0x7F80);
+    return _mm512_cmpeq_epi32_mask(_mm512_and_si512(h, e), e);
+}
+/* kvc_e4m3_code of each lane (|v| <= 448), in its low 8 bits */
+AVX512_INLINE __m512i e4m3_code16(__m512 v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(u, 24), _mm512_set1_epi32(0x80));
+    const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+    /* |v| < 2^-6: quantum 2^-9, round to nearest even */
+    const __m512 s = _mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(512.0f));
+    const __m512 n = _mm512_sub_ps(_mm512_add_ps(s, _mm512_set1_ps(KVC_ROUND_MAGIC)), _mm512_set1_ps(KVC_ROUND_MAGIC));
+    const __m512i sub = _mm512_cvttps_epi32(n);
+    /* normal: the mantissa rounded to 3 bits, RNE */
+    __m512i b = _mm512_and_si512(_mm512_srli_epi32(a, 20), _mm512_set1_epi32(1));
+    b = _mm512_and_si512(_mm512_add_epi32(a, _mm512_add_epi32(_mm512_set1_epi32(0x7FFFF), b)),
+                         _mm512_set1_epi32(~0xFFFFF));
+    const __m512i ex = _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(b, 23), _mm512_set1_epi32(0xFF)),
+                                        _mm512_set1_epi32(127 - 7));
+    const __m512i norm = _mm512_or_si512(_mm512_slli_epi32(ex, 3),
+                                         _mm512_and_si512(_mm512_srli_epi32(b, 20), _mm512_set1_epi32(7)));
+    const __mmask16 small = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(0x3C800000));
+    return _mm512_or_si512(sign, _mm512_mask_mov_epi32(norm, small, sub));
+}
+/* the NOPE bytes of 16 bf16-rounded dims z of a group with exponent e */
+AVX512_INLINE __m128i nope_codes16(__m512 z, float inv, int fp8) {
+    const __m512 v = _mm512_mul_ps(z, _mm512_set1_ps(inv));
+    if (!fp8) {
+        const __m512 q = _mm512_max_ps(_mm512_min_ps(v, _mm512_set1_ps(127.0f)), _mm512_set1_ps(-127.0f));
+        return _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(q));
+    }
+    const __m512 q = _mm512_max_ps(_mm512_min_ps(v, _mm512_set1_ps(KVC_FP8_MAX)), _mm512_set1_ps(-KVC_FP8_MAX));
+    return _mm512_cvtepi32_epi8(e4m3_code16(q));
+}
+
+AVX512 int kvc_cpu_finalize_avx512(const float *c, float *y, const uint16_t *w, const float *cs, int interleaved,
+                                   float eps, int fp8, uint8_t *payload, uint8_t *scales) {
+    const __m512i even = _mm512_loadu_si512(kEven), odd = _mm512_loadu_si512(kOdd);
+    __mmask16 bad = 0;
+    /* RMSNorm: the balanced pairwise sum of c_d^2, level by level */
+    for (int d = 0; d < 512; d += 16) {
+        const __m512 x = _mm512_loadu_ps(c + d);
+        bad |= nonfinite16(x);
+        _mm512_storeu_ps(y + d, _mm512_mul_ps(x, x));
+    }
+    int n = 512;
+    for (; n >= 32; n >>= 1) /* y[i] = y[2i] + y[2i + 1], in place: a block is read before it is written */
+        for (int i = 0; i < n / 2; i += 16) {
+            const __m512 lo = _mm512_loadu_ps(y + 2 * i), hi = _mm512_loadu_ps(y + 2 * i + 16);
+            _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi),
+                                                  _mm512_permutex2var_ps(lo, odd, hi)));
+        }
+    for (; n > 1; n >>= 1)
+        for (int i = 0; i < n / 2; i++) y[i] = KVC_ADD(y[2 * i], y[2 * i + 1]);
+    const __m512 rr = _mm512_set1_ps(kvc_rms_scale(y[0], eps));
+    for (int d = 0; d < 512; d += 16) {
+        const __m512i wb = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(w + d)));
+        const __m512 yv = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(c + d), rr),
+                                        _mm512_castsi512_ps(_mm512_slli_epi32(wb, 16)));
+        bad |= nonfinite16(yv);
+        _mm512_storeu_ps(y + d, yv);
+    }
+    /* RoPE on dims 448..511: pairs j .. j + 15 per vector, rope[j] = the
+     * bf16 bits of u' (low half) and w' (high half) */
+    uint32_t rope[32];
+    for (int j = 0; j < 32; j += 16) {
+        const __m512 lo = _mm512_loadu_ps(y + 448 + 2 * j), hi = _mm512_loadu_ps(y + 448 + 2 * j + 16);
+        const __m512 u = _mm512_permutex2var_ps(lo, even, hi), v = _mm512_permutex2var_ps(lo, odd, hi);
+        __m512 cj, sj;
+        if (interleaved) {
+            const __m512 a = _mm512_loadu_ps(cs + 2 * j), b = _mm512_loadu_ps(cs + 2 * j + 16);
+            cj = _mm512_permutex2var_ps(a, even, b);
+            sj = _mm512_permutex2var_ps(a, odd, b);
+        } else {
+            cj = _mm512_loadu_ps(cs + j);
+            sj = _mm512_loadu_ps(cs + 32 + j);
+        }
+        const __m512 uo = _mm512_sub_ps(_mm512_mul_ps(u, cj), _mm512_mul_ps(v, sj));
+        const __m512 wo = _mm512_add_ps(_mm512_mul_ps(v, cj), _mm512_mul_ps(u, sj));
+        const __m512i h0 = bf16_bits16(uo), h1 = bf16_bits16(wo);
+        bad |= nonfinite16(uo) | nonfinite16(wo) | bf16_nonfinite16(h0) | bf16_nonfinite16(h1);
+        _mm512_storeu_si512(rope + j, _mm512_or_si512(h0, _mm512_slli_epi32(h1, 16)));
+    }
+    /* bf16 of the NOPE dims (in place) and each group's exponent */
+    int ex[7];
+    for (int g = 0; g < 7; g++) {
+        __m512 amax = _mm512_setzero_ps();
+        for (int d = 64 * g; d < 64 * g + 64; d += 16) {
+            const __m512i h = bf16_bits16(_mm512_loadu_ps(y + d));
+            bad |= bf16_nonfinite16(h);
+            const __m512 z = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+            _mm512_storeu_ps(y + d, z);
+            amax = _mm512_max_ps(amax, _mm512_abs_ps(z));
+        }
+        ex[g] = kvc_group_exponent(_mm512_reduce_max_ps(amax), fp8); /* a NaN only where bad */
+    }
+    if (bad) {
+        kvc_write_nonfinite_slot(payload, scales);
+        return 1;
+    }
+    for (int g = 0; g < 7; g++) {
+        const float inv = kvc_pow2(-ex[g]);
+        for (int d = 64 * g; d < 64 * g + 64; d += 16)
+            _mm_storeu_si128((__m128i *)(void *)(payload + d), nope_codes16(_mm512_loadu_ps(y + d), inv, fp8));
+        scales[g] = kvc_scale_byte(ex[g], 0);
+    }
+    scales[7] = 0;
+    memcpy(payload + 448, rope, sizeof rope); /* little-endian: u' then w' of each pair */
+    return 0;
+}
+
+
+/* One random input of the comparison: c with entries of a random scale
+ * (2^-140 .. 2^100, so sums that overflow or vanish), some dims zero, one
+ * NaN / +-Inf now and then; weights of any finite bf16 exponent; cos/sin in
+ * [-1.5, 1.5]. */
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float unit(uint64_t *s) { return (float)(next_u64(s) >> 40) * 0x1p-24f * 2.0f - 1.0f; }
+static void random_input(uint64_t *s, float c[512], uint16_t w[512], float cs[64]) {
+    const int scale = (int)(next_u64(s) % 241) - 140;
+    for (int d = 0; d < 512; d++) {
+        c[d] = ldexpf(unit(s), scale + (int)(next_u64(s) % 9) - 4);
+        if (next_u64(s) % 16 == 0) c[d] = 0.0f;
+    }
+    const uint64_t special = next_u64(s) % 8;
+    if (special == 0) c[next_u64(s) % 512] = NAN;
+    if (special == 1) c[next_u64(s) % 512] = (next_u64(s) & 1) ? INFINITY : -INFINITY;
+    if (special == 2) memset(c, 0, sizeof(float) * 512);
+    for (int d = 0; d < 512; d++) w[d] = (uint16_t)(next_u64(s) % 0x7F80u | (next_u64(s) & 0x8000u));
+    if (next_u64(s) & 1)
+        for (int d = 0; d < 512; d++) w[d] = (uint16_t)(0x3F80u + next_u64(s) % 0x100u); /* ~1: typical weights */
+    for (int j = 0; j < 64; j++) cs[j] = unit(s) * 1.5f;
+}
+
+int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed) {
+    if (!__builtin_cpu_supports("avx512f") || trials < 0) return -1;
+    int64_t bad = 0;
+    uint64_t s = seed;
+    for (int t = 0; t < trials; t++) {
+        float c[512], y[512], cs[64];
+        uint16_t w[512];
+        uint8_t p0[576], s0[8], p1[576], s1[8];
+        random_input(&s, c, w, cs);
+        const int interleaved = t & 1, fp8 = (t >> 1) & 1;
+        const float eps = (t >> 2) & 1 ? 0x1.0c6f7ap-20f : ldexpf(1.0f, -(int)(next_u64(&s) % 140));
+        memset(p0, 0xA5, sizeof p0);
+        memset(p1, 0x5A, sizeof p1);
+        memset(s0, 0xA5, sizeof s0);
+        memset(s1, 0x5A, sizeof s1);
+        const int r0 = kvc_finalize_slot(c, y, w, cs, interleaved, eps, fp8, p0, s0);
+        const int r1 = kvc_cpu_finalize_avx512(c, y, w, cs, interleaved, eps, fp8, p1, s1);
+        if (r0 != r1 || memcmp(p0, p1, sizeof p0) || memcmp(s0, s1, sizeof s0)) bad++;
+    }
+    return bad;
+}
+#else
+int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed) {
+    (void)trials;
+    (void)seed;
+    return -1;
+}
+#endif
