@@ -146,47 +146,6 @@ static kvc_backend resolve_backend(kvc_backend b) {
 static int progress_on(void) { return isatty(2); }
 
 /* ---- CPU read bandwidth: a large read-only reduction, all threads -------- */
-#include <pthread.h>
-typedef struct {
-    const uint64_t *p;
-    size_t n;
-    uint64_t sum;
-} rd_job;
-
-static void *rd_worker(void *arg) {
-    rd_job *j = arg;
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    size_t i = 0;
-    for (; i + 4 <= j->n; i += 4) {
-        s0 += j->p[i];
-        s1 += j->p[i + 1];
-        s2 += j->p[i + 2];
-        s3 += j->p[i + 3];
-    }
-    for (; i < j->n; i++) s0 += j->p[i];
-    j->sum = s0 + s1 + s2 + s3;
-    return NULL;
-}
-
-/* One read of n words with `threads` threads; returns seconds. */
-static double cpu_read_once(const uint64_t *buf, size_t n, int threads, uint64_t *sink) {
-    rd_job jobs[256];
-    pthread_t tids[256];
-    if (threads < 1) threads = kvc_cpu_default_threads();
-    if (threads > 256) threads = 256;
-    const double t0 = now_s();
-    for (int t = 0; t < threads; t++) {
-        jobs[t].p = buf + n * (size_t)t / (size_t)threads;
-        jobs[t].n = n * (size_t)(t + 1) / (size_t)threads - n * (size_t)t / (size_t)threads;
-        if (t > 0) pthread_create(&tids[t], NULL, rd_worker, &jobs[t]);
-    }
-    rd_worker(&jobs[0]);
-    for (int t = 1; t < threads; t++) pthread_join(tids[t], NULL);
-    const double dt = now_s() - t0;
-    for (int t = 0; t < threads; t++) *sink += jobs[t].sum;
-    return dt;
-}
-
 static double cpu_read_bw(int threads) {
     size_t bytes = (size_t)1 << 30;
     uint64_t *buf = malloc(bytes);
@@ -195,7 +154,7 @@ static double cpu_read_bw(int threads) {
     for (size_t i = 0; i < n; i++) buf[i] = i * 0x9E3779B97F4A7C15ull;
     double times[7];
     uint64_t sink = 0;
-    for (int rep = 0; rep < 7; rep++) times[rep] = cpu_read_once(buf, n, threads, &sink);
+    for (int rep = 0; rep < 7; rep++) times[rep] = kvc_kit_cpu_read(buf, n, threads, &sink);
     free(buf);
     qsort(times, 7, sizeof times[0], cmp_double);
     if (sink == 42) fprintf(stderr, " ");
@@ -359,7 +318,7 @@ static int time_cpu(kvc_case *c, int threads, int repeat, double floor_bytes, be
             free(tf);
             return -1;
         }
-        tf[n] = g_cpu_floor_words && words ? cpu_read_once(g_cpu_floor, words, threads, &sink) * 1e6 : 0;
+        tf[n] = g_cpu_floor_words && words ? kvc_kit_cpu_read(g_cpu_floor, words, threads, &sink) * 1e6 : 0;
         n++;
     }
     if (sink == 42) fprintf(stderr, " ");

@@ -9,19 +9,16 @@
  *   floor     a plain read of the case's bytes with the same threads (SPEC 6);
  *   1 GiB     a plain read of 1 GiB (the bench's "read bandwidth").
  * and prints their medians as GB/s of the case's bytes.
- * Build: cmake --build build --target kvcompress_static, then
- *   gcc -O2 -Iinclude bench/probe/cpu_resident_probe.c build/libkvcompress.a -lpthread -lm -o cpu_resident_probe
- * Run:   ./cpu_resident_probe reqs tokens C [shuffle 0/1] [rounds] [threads]
+ * Build: cmake --build build --target cpu_resident_probe (build/tools/)
+ * Run:   cpu_resident_probe reqs tokens C [shuffle 0/1] [rounds] [threads]
  */
 #define _GNU_SOURCE
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "kvcompress.h"
-#include "kvcompress_rand.h"
+#include "kvc_kit.h"
 
 static double now_s(void) {
     struct timespec t;
@@ -33,39 +30,6 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-typedef struct {
-    const uint64_t *p;
-    size_t n;
-    uint64_t sum;
-} rd_job;
-static void *rd_worker(void *arg) {
-    rd_job *j = arg;
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    for (size_t i = 0; i + 4 <= j->n; i += 4) {
-        s0 += j->p[i];
-        s1 += j->p[i + 1];
-        s2 += j->p[i + 2];
-        s3 += j->p[i + 3];
-    }
-    j->sum = s0 + s1 + s2 + s3;
-    return NULL;
-}
-/* One read of n words with `threads` threads (at most 64); seconds. */
-static double read_once(const uint64_t *buf, size_t n, int threads, uint64_t *sink) {
-    rd_job jobs[64];
-    pthread_t tids[64];
-    const double t0 = now_s();
-    for (int t = 0; t < threads; t++) {
-        jobs[t].p = buf + n * (size_t)t / (size_t)threads;
-        jobs[t].n = n * (size_t)(t + 1) / (size_t)threads - n * (size_t)t / (size_t)threads;
-        if (t > 0) pthread_create(&tids[t], NULL, rd_worker, &jobs[t]);
-    }
-    rd_worker(&jobs[0]);
-    for (int t = 1; t < threads; t++) pthread_join(tids[t], NULL);
-    const double dt = now_s() - t0;
-    for (int t = 0; t < threads; t++) *sink += jobs[t].sum;
-    return dt;
-}
 static uint64_t *filled(size_t words) {
     uint64_t *b = malloc(words * 8);
     if (b)
@@ -135,8 +99,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < rounds; i++) {
         t[0][i] = timed_call(a, &ex);
         t[1][i] = timed_call(&resident, &ex);
-        t[2][i] = read_once(floor_buf, case_words, threads, &sink);
-        t[3][i] = read_once(big, big_words, threads, &sink) * bytes / (double)(big_words * 8);
+        t[2][i] = kvc_kit_cpu_read(floor_buf, case_words, threads, &sink);
+        t[3][i] = kvc_kit_cpu_read(big, big_words, threads, &sink) * bytes / (double)(big_words * 8);
     }
     static const char *name[4] = {"real", "resident", "floor", "1 GiB"};
     printf("r%lld_t%lld_c%lld %s, %d threads, %d rounds, medians (1 GiB: scaled to the case's bytes)%s\n",

@@ -4,9 +4,11 @@
 #include "kvc_check.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 uint8_t *kvc_kit_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -388,4 +390,50 @@ kvc_status kvc_kit_device_run(const kvc_kit_mem *m, const kvc_exec *ex, const kv
     }
     kvc_kit_release(m, &x);
     return st;
+}
+
+/* ---- the CPU floor ------------------------------------------------------- */
+typedef struct {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} rd_job;
+
+static void *rd_worker(void *arg) {
+    rd_job *j = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t i = 0;
+    for (; i + 4 <= j->n; i += 4) {
+        s0 += j->p[i];
+        s1 += j->p[i + 1];
+        s2 += j->p[i + 2];
+        s3 += j->p[i + 3];
+    }
+    for (; i < j->n; i++) s0 += j->p[i];
+    j->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+static double kit_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double kvc_kit_cpu_read(const uint64_t *buf, size_t words, int threads, uint64_t *sink) {
+    rd_job jobs[256];
+    pthread_t tids[256];
+    if (threads < 1) threads = kvc_cpu_default_threads();
+    if (threads > 256) threads = 256;
+    const double t0 = kit_now_s();
+    for (int t = 0; t < threads; t++) {
+        jobs[t].p = buf + words * (size_t)t / (size_t)threads;
+        jobs[t].n = words * (size_t)(t + 1) / (size_t)threads - words * (size_t)t / (size_t)threads;
+        if (t > 0) pthread_create(&tids[t], NULL, rd_worker, &jobs[t]);
+    }
+    rd_worker(&jobs[0]);
+    for (int t = 1; t < threads; t++) pthread_join(tids[t], NULL);
+    const double dt = kit_now_s() - t0;
+    for (int t = 0; t < threads; t++) *sink += jobs[t].sum;
+    return dt;
 }

@@ -114,6 +114,13 @@ void kvc_kit_tensors(const kvc_args *a, const void *ptrs[9], size_t bytes[9]);
 /** Point the nine tensor fields of `a` (same order) at ptrs (device pointers or cl_mem handles). */
 void kvc_kit_rebind(kvc_args *a, void *const ptrs[9]);
 
+/**
+ * The CPU floor of SPEC 6: one read of buf[0, words) with `threads` threads
+ * (< 1: all cores; at most 256), each summing its contiguous share; the sums
+ * go to *sink so that the reads stay.  @return seconds (monotonic clock).
+ */
+double kvc_kit_cpu_read(const uint64_t *buf, size_t words, int threads, uint64_t *sink);
+
 /** The conformance matrix (kvc_conform.c): what to run it on. */
 typedef struct kvc_conform_opts {
     kvc_backend backend;  /* CPU, CUDA or OpenCL: the backend under test           */
