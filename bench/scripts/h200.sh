@@ -16,6 +16,8 @@
 #   oclopts   OpenCL: kernel variants by build options (OPTS='a;b'), golden + bench each
 #   sanitize  compute-sanitizer memcheck/racecheck/initcheck on golden + errors
 #   ncu       stall breakdown of the kernel on two cases
+#   ncufin    the slice kernel and the finisher at 131k C = 128, caches flushed and warm: is the finisher's
+#             fixed cost instruction fetch (stall "no_instruction") after the flush?
 #   sass      instruction mix of the kernels (cuobjdump)
 #   pytest    the Python suite with torch on the GPU
 set -u
@@ -97,6 +99,15 @@ for s in "$@"; do
     step ncu
     for c in reqs=8,tokens=131072,C=128,block=8 reqs=1,tokens=8192,C=512,block=8; do
       bench/scripts/ncu_stalls.sh $D/kvc $c > $OUT/ncu-$c.txt 2>&1; tail -30 $OUT/ncu-$c.txt
+    done ;;
+  ncufin)
+    step ncufin
+    for k in slice_kernel slice_finish_kernel; do
+      for cc in all none; do
+        KVC_NCU_KERNEL=$k KVC_NCU_CACHE=$cc bench/scripts/ncu_stalls.sh $D/kvc reqs=8,tokens=131072,C=128,block=8 \
+          > $OUT/ncufin-$k-$cc.txt 2>&1
+        echo "-- $k, cache $cc"; grep -E "no_instruction|long_scoreboard|wait|cycles_active|inst_executed.sum" $OUT/ncufin-$k-$cc.txt
+      done
     done ;;
   sass)
     step sass
