@@ -400,11 +400,15 @@ static int segment_rows(const kvc_args *a, const kvc_shape *sh, const kvc_out_in
     return n;
 }
 
-/* Compute one output; next: the output this thread computes after it
- * (NULL: none), whose first segment the last one prefetches (and whose
- * second the merges after it do).  @return 1 if written non-finite. */
-static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_info *inf,
-                          const kvc_out_info *next, seg_state *stack, int *sizes, float *c, float *y) {
+/* Compute one output.  As its last segment starts, the thread takes the
+ * output it computes next from job (*taken; >= num_outputs: none), whose
+ * first segment that last one prefetches: taken then and not earlier, so
+ * that a call of few outputs still spreads them over the threads.
+ * @return 1 if written non-finite. */
+static int compute_output(cpu_job *job, const kvc_out_info *inf, long long *taken, seg_state *stack, int *sizes,
+                          float *c, float *y) {
+    const kvc_args *a = job->a;
+    const kvc_shape *sh = &job->sh;
     const int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
     const int64_t nseg = kvc_num_segments(rows);
     int top = -1;
@@ -425,8 +429,10 @@ static int compute_output(const kvc_args *a, const kvc_shape *sh, const kvc_out_
                 pfs = rs[nxt];
                 pfv = rv[nxt];
             }
-        } else if (next) {
-            if (segment_rows(a, sh, next, rows, 0, rv[nxt], rs[nxt]) == KVC_SEG) {
+        } else {
+            *taken = atomic_fetch_add(&job->next, 1);
+            const kvc_out_info *next = *taken < a->num_outputs ? &job->infos[*taken] : NULL;
+            if (next && next->slot >= 0 && segment_rows(a, sh, next, rows, 0, rv[nxt], rs[nxt]) == KVC_SEG) {
                 pfs = rs[nxt];
                 pfv = rv[nxt];
             }
@@ -474,14 +480,14 @@ static void *worker(void *arg) {
     cpu_job *job = w->job;
     const kvc_args *a = job->a;
     long long written = 0, nonfinite = 0;
-    /* outputs are taken one ahead, so that each one's last segment can
-     * prefetch the next one's first */
-    for (long long o = atomic_fetch_add(&job->next, 1), on; o < a->num_outputs; o = on) {
-        on = atomic_fetch_add(&job->next, 1);
+    long long o = atomic_fetch_add(&job->next, 1);
+    while (o < a->num_outputs) {
         const kvc_out_info *inf = &job->infos[o]; /* resolved by kvc_check_indices */
-        const kvc_out_info *nx = on < a->num_outputs && job->infos[on].slot >= 0 ? &job->infos[on] : NULL;
-        if (inf->slot < 0) continue;
-        nonfinite += compute_output(a, &job->sh, inf, nx, w->stack, w->sizes, w->cy, w->cy + D);
+        if (inf->slot < 0) { /* padding */
+            o = atomic_fetch_add(&job->next, 1);
+            continue;
+        }
+        nonfinite += compute_output(job, inf, &o, w->stack, w->sizes, w->cy, w->cy + D);
         written++;
     }
     atomic_fetch_add(&job->written, written);
