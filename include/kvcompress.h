@@ -243,7 +243,10 @@ typedef struct kvc_device_status {
 
 typedef struct kvc_exec {
     kvc_backend backend;
-    int num_threads;     /* CPU: worker threads, 0 = all online cores        */
+    int num_threads;     /* CPU: worker threads (at most one per output);
+                            0 = up to all online cores, one per 2 MiB of
+                            window rows at least (a thread's start costs
+                            about what reducing that much does)             */
     void *stream;        /* CUDA: cudaStream_t (NULL = legacy default stream);
                             OpenCL: cl_command_queue (required); then every
                             tensor pointer of kvc_args holds a cl_mem (cast),
@@ -311,7 +314,7 @@ KVC_API const char *kvc_check_string(int check);
 KVC_API int kvc_backend_available(kvc_backend backend);
 
 /**
- * kvc_cpu_default_threads() -- @return the thread count num_threads=0 uses:
+ * kvc_cpu_default_threads() -- @return the most threads num_threads=0 uses:
  * the processors online when it was first called (read once per process),
  * clamped to [1, 1024].
  */

@@ -171,7 +171,7 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
              num_threads=0):
     """Like :func:`c128_256_512_compress`, with explicit control: ``backend`` is
     None (from the tensors' device), "cpu", "cuda" or "opencl"; ``num_threads``
-    is the CPU thread count (0 = all cores).  Returns (kv_cache, report) where
+    is the CPU thread count (0 = up to all cores, fewer for small calls).  Returns (kv_cache, report) where
     report is a dict (GPU: counts are -1, see :func:`check_device_status`)."""
     st = _View("state_cache", state_cache, ("float32",), 3)
     t2r = _index_1d("token_to_req", token_to_req, ("int32",))
