@@ -91,22 +91,29 @@ static inline __attribute__((always_inline)) void row_step(const float *restrict
     for (int d = 0; d < D; d++) kvc_seg_step(m[d], s[d], v[d], &den[d], &num[d]);
 }
 
-/* seg_reduce8's prefetches before the block of 16 dims from b: the 16 rows'
- * lines 64 dims ahead into L1, the next segment's (pfs, pfv; NULL: none)
- * line of this block into L2. */
-static inline __attribute__((always_inline)) void block_prefetch(const float *const *sr, const float *const *vr,
-                                                                 const float *const *pfs, const float *const *pfv,
-                                                                 int b) {
+/* The segment loop's prefetches for the block of 16 dims from b: the
+ * segment's 16 rows (sr, vr) 64 dims ahead into L1 ... */
+static inline __attribute__((always_inline)) void l1_prefetch(const float *const *sr, const float *const *vr, int b) {
     if (b + 64 < D)
         for (int i = 0; i < KVC_SEG; i++) {
             __builtin_prefetch(sr[i] + b + 64, 0, 3);
             __builtin_prefetch(vr[i] + b + 64, 0, 3);
         }
-    if (pfs)
-        for (int i = 0; i < KVC_SEG; i++) {
-            __builtin_prefetch(pfs[i] + b, 0, 2);
-            __builtin_prefetch(pfv[i] + b, 0, 2);
-        }
+}
+/* ... and this block's line of the next segment's row i (pfs, pfv; NULL:
+ * none) into L2 */
+static inline __attribute__((always_inline)) void l2_prefetch(const float *const *pfs, const float *const *pfv, int b,
+                                                              int i) {
+    if (pfs) {
+        __builtin_prefetch(pfs[i] + b, 0, 2);
+        __builtin_prefetch(pfv[i] + b, 0, 2);
+    }
+}
+static inline __attribute__((always_inline)) void block_prefetch(const float *const *sr, const float *const *vr,
+                                                                 const float *const *pfs, const float *const *pfv,
+                                                                 int b) {
+    l1_prefetch(sr, vr, b);
+    for (int i = 0; i < KVC_SEG; i++) l2_prefetch(pfs, pfv, b, i);
 }
 
 /* A full segment in ONE pass over the dimensions: the 8 rows' scores and
@@ -190,10 +197,15 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 exp16(__m
 }
 
 /* The segment arithmetic of 16 dims in AVX-512F: sv, vv -- the 8 rows'
- * scores and values of these dims; the segment's m, den, num out. */
+ * scores and values of these dims; the segment's m, den, num out.  The
+ * next segment's L2 prefetches of these dims (pfs, pfv at b; NULL: none)
+ * go out a row's at a time between the rows' exps: all 16 at once held
+ * the core's line fill buffers for a memory latency and stalled it
+ * (bench/NOTES.md c48). */
 __attribute__((target("avx512f"), always_inline)) static inline void seg16(const __m512 *sv, const __m512 *vv,
-                                                                         __m512 *om, __m512 *oden,
-                                                                         __m512 *onum) {
+                                                                         const float *const *pfs,
+                                                                         const float *const *pfv, int b,
+                                                                         __m512 *om, __m512 *oden, __m512 *onum) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
     __m512 m = sv[0];
     for (int i = 1; i < KVC_SEG; i++) m = _mm512_max_ps(m, sv[i]);
@@ -205,6 +217,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void seg16(const
     __m512 den = zero, num = zero;
     for (int i = 0; i < KVC_SEG; i++) { /* kvc_seg_step, rows in order */
         const __m512 e = exp16(_mm512_sub_ps(sv[i], m));
+        l2_prefetch(pfs, pfv, b, i);
         den = _mm512_add_ps(den, e);
         num = _mm512_add_ps(num, _mm512_mul_ps(e, vv[i]));
     }
@@ -257,9 +270,9 @@ __attribute__((target("avx512f"), always_inline)) static inline void store_split
     _mm512_mask_storeu_ps(p + D - 16, tm, v);
 }
 
-/* seg_reduce8 in AVX-512F, the same prefetches, each block's merges in
- * registers (merge16).  Rows that all start h
- * dims before a line boundary (numpy's and malloc's large buffers start 16
+/* seg_reduce8 in AVX-512F: the same prefetches, those into L2 spread
+ * between the rows' exps (seg16), and each block's merges in registers
+ * (merge16).  Rows that all start h dims before a line boundary (numpy's and malloc's large buffers start 16
  * bytes into a page) are read in whole lines: dims [h, h + 496) as 31
  * line-aligned vectors, and dims [0, h) with [496 + h, 512) as one vector of
  * two masked loads, so that no load spans two lines. */
@@ -281,7 +294,7 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
             sv[i] = load_split(sr[i], hm, tm);
             vv[i] = load_split(vr[i], hm, tm);
         }
-        seg16(sv, vv, &m, &den, &num);
+        seg16(sv, vv, NULL, NULL, 0, &m, &den, &num);
         for (int j = 0; j < k; j++)
             merge16(load_split(left[j]->m, hm, tm), load_split(left[j]->den, hm, tm),
                     load_split(left[j]->num, hm, tm), &m, &den, &num);
@@ -290,12 +303,12 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
         store_split(out->num, hm, tm, num);
     }
     for (int b = h; b + 16 <= D; b += 16) {
-        block_prefetch(sr, vr, pfs, pfv, b);
+        l1_prefetch(sr, vr, b);
         for (int i = 0; i < KVC_SEG; i++) {
             sv[i] = _mm512_loadu_ps(sr[i] + b);
             vv[i] = _mm512_loadu_ps(vr[i] + b);
         }
-        seg16(sv, vv, &m, &den, &num);
+        seg16(sv, vv, pfs, pfv, b, &m, &den, &num);
         for (int j = 0; j < k; j++)
             merge16(_mm512_loadu_ps(left[j]->m + b), _mm512_loadu_ps(left[j]->den + b),
                     _mm512_loadu_ps(left[j]->num + b), &m, &den, &num);
