@@ -91,29 +91,29 @@ static inline __attribute__((always_inline)) void row_step(const float *restrict
     for (int d = 0; d < D; d++) kvc_seg_step(m[d], s[d], v[d], &den[d], &num[d]);
 }
 
-/* The segment loop's prefetches for the block of 16 dims from b: the
- * segment's 16 rows (sr, vr) 64 dims ahead into L1 ... */
-static inline __attribute__((always_inline)) void l1_prefetch(const float *const *sr, const float *const *vr, int b) {
-    if (b + 64 < D)
-        for (int i = 0; i < KVC_SEG; i++) {
-            __builtin_prefetch(sr[i] + b + 64, 0, 3);
-            __builtin_prefetch(vr[i] + b + 64, 0, 3);
-        }
-}
-/* ... and this block's line of the next segment's row i (pfs, pfv; NULL:
- * none) into L2 */
-static inline __attribute__((always_inline)) void l2_prefetch(const float *const *pfs, const float *const *pfv, int b,
-                                                              int i) {
-    if (pfs) {
-        __builtin_prefetch(pfs[i] + b, 0, 2);
-        __builtin_prefetch(pfv[i] + b, 0, 2);
+/* The segment loop's prefetches for the block of 16 dims from b, row by
+ * row: row i's lines 64 dims ahead into L1 (sr, vr), and this block's line
+ * of the next segment's row i into L2 (pfs, pfv; NULL: none). */
+typedef struct {
+    const float *const *sr, *const *vr, *const *pfs, *const *pfv;
+    int b;
+} block_pf;
+static inline __attribute__((always_inline)) void l1_prefetch(const block_pf *p, int i) {
+    if (p->b + 64 < D) {
+        __builtin_prefetch(p->sr[i] + p->b + 64, 0, 3);
+        __builtin_prefetch(p->vr[i] + p->b + 64, 0, 3);
     }
 }
-static inline __attribute__((always_inline)) void block_prefetch(const float *const *sr, const float *const *vr,
-                                                                 const float *const *pfs, const float *const *pfv,
-                                                                 int b) {
-    l1_prefetch(sr, vr, b);
-    for (int i = 0; i < KVC_SEG; i++) l2_prefetch(pfs, pfv, b, i);
+static inline __attribute__((always_inline)) void l2_prefetch(const block_pf *p, int i) {
+    if (p->pfs) {
+        __builtin_prefetch(p->pfs[i] + p->b, 0, 2);
+        __builtin_prefetch(p->pfv[i] + p->b, 0, 2);
+    }
+}
+/* All of them at once (the portable loop, the split block). */
+static inline __attribute__((always_inline)) void block_prefetch(const block_pf *p) {
+    for (int i = 0; i < KVC_SEG; i++) l1_prefetch(p, i);
+    for (int i = 0; i < KVC_SEG; i++) l2_prefetch(p, i);
 }
 
 /* A full segment in ONE pass over the dimensions: the 8 rows' scores and
@@ -133,7 +133,8 @@ __attribute__((noinline)) static void seg_reduce8(const float *const *restrict s
     const float *restrict val0 = vr[0], *restrict val1 = vr[1], *restrict val2 = vr[2], *restrict val3 = vr[3];
     const float *restrict val4 = vr[4], *restrict val5 = vr[5], *restrict val6 = vr[6], *restrict val7 = vr[7];
     for (int b = 0; b < D; b += 16) {
-        block_prefetch(sr, vr, pfs, pfv, b);
+        const block_pf pf = {sr, vr, pfs, pfv, b};
+        block_prefetch(&pf);
         for (int d = b; d < b + 16; d++) {
             float m = s0[d];
             m = kvc_max(m, s1[d]);
@@ -198,17 +199,19 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 exp16(__m
 
 /* The segment arithmetic of 16 dims in AVX-512F: sv, vv -- the 8 rows'
  * scores and values of these dims; the segment's m, den, num out.  The
- * next segment's L2 prefetches of these dims (pfs, pfv at b; NULL: none)
- * go out a row's at a time between the rows' exps: all 16 at once held
- * the core's line fill buffers for a memory latency and stalled it
+ * block's prefetches (pf; NULL: none) go out a row's at a time, the L1
+ * ones between the maxes and the L2 ones between the exps: all 32 at the
+ * block's start held the core's line fill buffers and stalled it
  * (bench/NOTES.md c48). */
 __attribute__((target("avx512f"), always_inline)) static inline void seg16(const __m512 *sv, const __m512 *vv,
-                                                                         const float *const *pfs,
-                                                                         const float *const *pfv, int b,
-                                                                         __m512 *om, __m512 *oden, __m512 *onum) {
+                                                                         const block_pf *pf, __m512 *om,
+                                                                         __m512 *oden, __m512 *onum) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
     __m512 m = sv[0];
-    for (int i = 1; i < KVC_SEG; i++) m = _mm512_max_ps(m, sv[i]);
+    for (int i = 0; i < KVC_SEG; i++) {
+        if (i) m = _mm512_max_ps(m, sv[i]);
+        if (pf) l1_prefetch(pf, i);
+    }
     if (_mm512_cmp_ps_mask(m, ninf, _CMP_EQ_OQ)) { /* kvc_max's NaN-propagating form */
         m = sv[0];
         for (int i = 1; i < KVC_SEG; i++)
@@ -217,7 +220,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void seg16(const
     __m512 den = zero, num = zero;
     for (int i = 0; i < KVC_SEG; i++) { /* kvc_seg_step, rows in order */
         const __m512 e = exp16(_mm512_sub_ps(sv[i], m));
-        l2_prefetch(pfs, pfv, b, i);
+        if (pf) l2_prefetch(pf, i);
         den = _mm512_add_ps(den, e);
         num = _mm512_add_ps(num, _mm512_mul_ps(e, vv[i]));
     }
@@ -270,8 +273,8 @@ __attribute__((target("avx512f"), always_inline)) static inline void store_split
     _mm512_mask_storeu_ps(p + D - 16, tm, v);
 }
 
-/* seg_reduce8 in AVX-512F: the same prefetches, those into L2 spread
- * between the rows' exps (seg16), and each block's merges in registers
+/* seg_reduce8 in AVX-512F: the same prefetches, spread through the
+ * block's arithmetic (seg16), and each block's merges in registers
  * (merge16).  Rows that all start h dims before a line boundary (numpy's and malloc's large buffers start 16
  * bytes into a page) are read in whole lines: dims [h, h + 496) as 31
  * line-aligned vectors, and dims [0, h) with [496 + h, 512) as one vector of
@@ -284,7 +287,8 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
     const int h = rows_head(sr, vr);
     if (h) {
         const __mmask16 hm = (__mmask16)((1u << h) - 1), tm = (__mmask16)~hm;
-        block_prefetch(sr, vr, pfs, pfv, 0);
+        const block_pf pf = {sr, vr, pfs, pfv, 0};
+        block_prefetch(&pf);
         if (pfs)
             for (int i = 0; i < KVC_SEG; i++) {
                 __builtin_prefetch(pfs[i] + D - 1, 0, 2);
@@ -294,7 +298,7 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
             sv[i] = load_split(sr[i], hm, tm);
             vv[i] = load_split(vr[i], hm, tm);
         }
-        seg16(sv, vv, NULL, NULL, 0, &m, &den, &num);
+        seg16(sv, vv, NULL, &m, &den, &num);
         for (int j = 0; j < k; j++)
             merge16(load_split(left[j]->m, hm, tm), load_split(left[j]->den, hm, tm),
                     load_split(left[j]->num, hm, tm), &m, &den, &num);
@@ -303,12 +307,12 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
         store_split(out->num, hm, tm, num);
     }
     for (int b = h; b + 16 <= D; b += 16) {
-        l1_prefetch(sr, vr, b);
+        const block_pf pf = {sr, vr, pfs, pfv, b};
         for (int i = 0; i < KVC_SEG; i++) {
             sv[i] = _mm512_loadu_ps(sr[i] + b);
             vv[i] = _mm512_loadu_ps(vr[i] + b);
         }
-        seg16(sv, vv, pfs, pfv, b, &m, &den, &num);
+        seg16(sv, vv, &pf, &m, &den, &num);
         for (int j = 0; j < k; j++)
             merge16(_mm512_loadu_ps(left[j]->m + b), _mm512_loadu_ps(left[j]->den + b),
                     _mm512_loadu_ps(left[j]->num + b), &m, &den, &num);
