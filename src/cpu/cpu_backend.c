@@ -275,10 +275,11 @@ __attribute__((target("avx512f"), always_inline)) static inline void store_split
 
 /* seg_reduce8 in AVX-512F: the same prefetches, spread through the
  * block's arithmetic (seg16), and each block's merges in registers
- * (merge16).  Rows that all start h dims before a line boundary (numpy's and malloc's large buffers start 16
- * bytes into a page) are read in whole lines: dims [h, h + 496) as 31
- * line-aligned vectors, and dims [0, h) with [496 + h, 512) as one vector of
- * two masked loads, so that no load spans two lines. */
+ * (merge16).  Rows that all start h dims before a line boundary (numpy's
+ * and malloc's large buffers start 16 bytes into a page) are read in whole
+ * lines: dims [h, h + 496) as 31 line-aligned vectors, and dims [0, h) with
+ * [496 + h, 512) as one vector of two masked loads, so that no load spans
+ * two lines. */
 __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
     const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
     const float *const *pfv, seg_state *st, seg_state *const *left, int k) {
