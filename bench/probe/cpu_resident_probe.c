@@ -7,12 +7,17 @@
  *             L1/L2: the same calls, segments, merges and finalisers with no
  *             memory traffic -- the library's arithmetic ceiling here;
  *   floor     a plain read of the case's bytes with the same threads (SPEC 6);
+ *   rows      a plain read of the window rows themselves, in the call's
+ *             order (each output's rows through its block table; the
+ *             threads split the outputs): what the table's layout alone
+ *             costs a bare read;
  *   1 GiB     a plain read of 1 GiB (the bench's "read bandwidth").
  * and prints their medians as GB/s of the case's bytes.
  * Build: cmake --build build --target cpu_resident_probe (build/tools/)
  * Run:   cpu_resident_probe reqs tokens C [shuffle 0/1] [rounds] [threads]
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +41,41 @@ static uint64_t *filled(size_t words) {
         for (size_t i = 0; i < words; i++) b[i] = i * 0x9E3779B97F4A7C15ull;
     return b;
 }
+/* The rows read: each output's window rows, in order. */
+typedef struct {
+    const uint64_t *const *rows; /* [n] row pointers, 512 words each */
+    size_t n;
+    uint64_t sum;
+} rows_job;
+static void *read_rows(void *arg) {
+    rows_job *j = arg;
+    uint64_t s0 = 0, s1 = 0;
+    for (size_t r = 0; r < j->n; r++) {
+        const uint64_t *p = j->rows[r];
+        for (int w = 0; w < 512; w += 2) {
+            s0 += p[w];
+            s1 += p[w + 1];
+        }
+    }
+    j->sum = s0 ^ s1;
+    return NULL;
+}
+static double rows_read(const uint64_t *const *rows, size_t n, int threads, uint64_t *sink) {
+    rows_job jobs[64];
+    pthread_t tids[64];
+    const double t0 = now_s();
+    for (int t = 0; t < threads; t++) {
+        jobs[t].rows = rows + n * (size_t)t / (size_t)threads;
+        jobs[t].n = n * (size_t)(t + 1) / (size_t)threads - n * (size_t)t / (size_t)threads;
+        if (t > 0) pthread_create(&tids[t], NULL, read_rows, &jobs[t]);
+    }
+    read_rows(&jobs[0]);
+    for (int t = 1; t < threads; t++) pthread_join(tids[t], NULL);
+    const double dt = now_s() - t0;
+    for (int t = 0; t < threads; t++) *sink += jobs[t].sum;
+    return dt;
+}
+
 static double timed_call(const kvc_args *a, const kvc_exec *ex) {
     const double t0 = now_s();
     if (kvc_compress(a, ex, NULL) != KVC_OK) {
@@ -82,10 +122,25 @@ int main(int argc, char **argv) {
     kvc_args resident = *a;
     resident.block_table = table;
 
+    /* the window rows of every output, in the call's order (overlap off:
+     * row i of the output at position p is position p - C + 1 + i) */
+    const int64_t C = a->compress_ratio, bs = a->block_size;
+    const int64_t stok = a->state_stride_token ? a->state_stride_token : a->state_width;
+    const int64_t sblk = a->state_stride_block ? a->state_stride_block : bs * stok;
+    const size_t nrows = (size_t)(a->num_outputs * C);
+    const uint64_t **rows = malloc(sizeof(*rows) * nrows);
+    for (int64_t o = 0; rows && o < a->num_outputs; o++) {
+        const int64_t tok = a->boundary_token_indices[o], r = a->token_to_req[tok], pos = a->positions[tok];
+        for (int64_t i = 0; i < C; i++) {
+            const int64_t q = pos - C + 1 + i, blk = a->block_table[r * stride + q / bs];
+            rows[o * C + i] = (const uint64_t *)(const void *)(a->state_cache + blk * sblk + (q % bs) * stok);
+        }
+    }
+
     const double bytes = (double)a->num_outputs * (double)a->compress_ratio * 4096.0;
     const size_t case_words = (size_t)(bytes / 8), big_words = ((size_t)1 << 30) / 8;
     uint64_t *floor_buf = filled(case_words), *big = filled(big_words), sink = 0;
-    if (!table || !floor_buf || !big) {
+    if (!table || !rows || !floor_buf || !big) {
         fprintf(stderr, "out of memory\n");
         return 1;
     }
@@ -95,27 +150,29 @@ int main(int argc, char **argv) {
     ex.num_threads = threads;
     timed_call(a, &ex); /* warm-up */
     timed_call(&resident, &ex);
-    double t[4][64];
+    double t[5][64];
     for (int i = 0; i < rounds; i++) {
         t[0][i] = timed_call(a, &ex);
         t[1][i] = timed_call(&resident, &ex);
         t[2][i] = kvc_kit_cpu_read(floor_buf, case_words, threads, &sink);
-        t[3][i] = kvc_kit_cpu_read(big, big_words, threads, &sink) * bytes / (double)(big_words * 8);
+        t[3][i] = rows_read(rows, nrows, threads, &sink);
+        t[4][i] = kvc_kit_cpu_read(big, big_words, threads, &sink) * bytes / (double)(big_words * 8);
     }
-    static const char *name[4] = {"real", "resident", "floor", "1 GiB"};
+    static const char *name[5] = {"real", "resident", "floor", "rows", "1 GiB"};
     printf("r%lld_t%lld_c%lld %s, %d threads, %d rounds, medians (1 GiB: scaled to the case's bytes)%s\n",
            (long long)p.num_reqs, (long long)p.total_tokens, (long long)p.compress_ratio,
            p.shuffle ? "shuffle" : "contig", threads, rounds, sink == 42 ? " " : "");
-    double med[4];
-    for (int k = 0; k < 4; k++) {
+    double med[5];
+    for (int k = 0; k < 5; k++) {
         qsort(t[k], (size_t)rounds, sizeof(double), cmp_double);
         med[k] = t[k][rounds / 2];
     }
-    for (int k = 0; k < 4; k++)
-        printf("  %-9s %10.0f us %6.1f GB/s  x floor %.3f  of 1 GiB %5.1f%%\n", name[k], med[k] * 1e6,
-               bytes / med[k] / 1e9, med[k] / med[2], 100.0 * med[3] / med[k]);
+    for (int k = 0; k < 5; k++)
+        printf("  %-9s %10.0f us %6.1f GB/s  x floor %.3f  x rows %.3f  of 1 GiB %5.1f%%\n", name[k], med[k] * 1e6,
+               bytes / med[k] / 1e9, med[k] / med[2], med[k] / med[3], 100.0 * med[4] / med[k]);
     kvc_case_free(&c);
     free(table);
+    free(rows);
     free(floor_buf);
     free(big);
     return 0;
