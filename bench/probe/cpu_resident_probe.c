@@ -17,7 +17,6 @@
  * Run:   cpu_resident_probe reqs tokens C [shuffle 0/1] [rounds] [threads]
  */
 #define _GNU_SOURCE
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,37 +40,29 @@ static uint64_t *filled(size_t words) {
         for (size_t i = 0; i < words; i++) b[i] = i * 0x9E3779B97F4A7C15ull;
     return b;
 }
-/* The rows read: each output's window rows, in order. */
+/* The rows read: each output's window rows, in order; thread t of
+ * `threads` reads its share [n t / threads, n (t + 1) / threads). */
 typedef struct {
     const uint64_t *const *rows; /* [n] row pointers, 512 words each */
     size_t n;
+    int t, threads;
     uint64_t sum;
 } rows_job;
 static void *read_rows(void *arg) {
     rows_job *j = arg;
     uint64_t s0 = 0, s1 = 0;
-    for (size_t r = 0; r < j->n; r++) {
-        const uint64_t *p = j->rows[r];
+    for (size_t r = j->n * (size_t)j->t / (size_t)j->threads; r < j->n * (size_t)(j->t + 1) / (size_t)j->threads; r++)
         for (int w = 0; w < 512; w += 2) {
-            s0 += p[w];
-            s1 += p[w + 1];
+            s0 += j->rows[r][w];
+            s1 += j->rows[r][w + 1];
         }
-    }
     j->sum = s0 ^ s1;
     return NULL;
 }
 static double rows_read(const uint64_t *const *rows, size_t n, int threads, uint64_t *sink) {
     rows_job jobs[64];
-    pthread_t tids[64];
-    const double t0 = now_s();
-    for (int t = 0; t < threads; t++) {
-        jobs[t].rows = rows + n * (size_t)t / (size_t)threads;
-        jobs[t].n = n * (size_t)(t + 1) / (size_t)threads - n * (size_t)t / (size_t)threads;
-        if (t > 0) pthread_create(&tids[t], NULL, read_rows, &jobs[t]);
-    }
-    read_rows(&jobs[0]);
-    for (int t = 1; t < threads; t++) pthread_join(tids[t], NULL);
-    const double dt = now_s() - t0;
+    for (int t = 0; t < threads; t++) jobs[t] = (rows_job){rows, n, t, threads, 0};
+    const double dt = kvc_kit_run_threads(read_rows, jobs, sizeof jobs[0], threads);
     for (int t = 0; t < threads; t++) *sink += jobs[t].sum;
     return dt;
 }

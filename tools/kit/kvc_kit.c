@@ -420,20 +420,29 @@ static double kit_now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double kvc_kit_run_threads(void *(*fn)(void *), void *jobs, size_t size, int n) {
+    pthread_t tids[256];
+    char *j = jobs;
+    if (n > 256) n = 256;
+    const double t0 = kit_now_s();
+    int started = 1;
+    for (; started < n; started++)
+        if (pthread_create(&tids[started], NULL, fn, j + (size_t)started * size) != 0) break;
+    fn(j);
+    for (int t = 1; t < started; t++) pthread_join(tids[t], NULL);
+    for (int t = started; t < n; t++) fn(j + (size_t)t * size); /* a thread that could not start */
+    return kit_now_s() - t0;
+}
+
 double kvc_kit_cpu_read(const uint64_t *buf, size_t words, int threads, uint64_t *sink) {
     rd_job jobs[256];
-    pthread_t tids[256];
     if (threads < 1) threads = kvc_cpu_default_threads();
     if (threads > 256) threads = 256;
-    const double t0 = kit_now_s();
     for (int t = 0; t < threads; t++) {
         jobs[t].p = buf + words * (size_t)t / (size_t)threads;
         jobs[t].n = words * (size_t)(t + 1) / (size_t)threads - words * (size_t)t / (size_t)threads;
-        if (t > 0) pthread_create(&tids[t], NULL, rd_worker, &jobs[t]);
     }
-    rd_worker(&jobs[0]);
-    for (int t = 1; t < threads; t++) pthread_join(tids[t], NULL);
-    const double dt = kit_now_s() - t0;
+    const double dt = kvc_kit_run_threads(rd_worker, jobs, sizeof jobs[0], threads);
     for (int t = 0; t < threads; t++) *sink += jobs[t].sum;
     return dt;
 }

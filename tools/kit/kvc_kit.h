@@ -120,6 +120,10 @@ void kvc_kit_rebind(kvc_args *a, void *const ptrs[9]);
  * go to *sink so that the reads stay.  @return seconds (monotonic clock).
  */
 double kvc_kit_cpu_read(const uint64_t *buf, size_t words, int threads, uint64_t *sink);
+/** Run fn(jobs + i * size) for i = 0 .. n - 1 (n <= 256) at once, i = 0 on
+ * the calling thread (one that cannot start runs after the others, on the
+ * caller); @return seconds from the first start to the last end. */
+double kvc_kit_run_threads(void *(*fn)(void *), void *jobs, size_t size, int n);
 
 /** The conformance matrix (kvc_conform.c): what to run it on. */
 typedef struct kvc_conform_opts {
