@@ -12,7 +12,8 @@
 
 #include "kvc_canon.h"
 #include "kvc_check.h"
-#include "kvc_backend.h" /* kvc_cpu_exp16_mismatches */
+#include "kvc_backend.h" /* kvc_cpu_exp16_mismatches, kvc_cpu_force_portable */
+#include "kvc_kit.h"
 #include "kvcompress_rand.h"
 #include "test_util.h"
 
@@ -242,6 +243,18 @@ int main(int argc, char **argv) {
         if (bad < 0) printf("skip AVX-512F finaliser: no AVX-512F here\n");
         else TU_CHECK(bad == 0, "AVX-512F finaliser: %lld of 20000 random slots differ from kvc_finalize_slot",
                       (long long)bad);
+    }
+
+    /* the golden cases through the CPU backend's portable segment loop and
+     * finaliser (what CPUs without AVX-512F run), on this machine too */
+    {
+        kvc_conform_opts o = {KVC_BACKEND_CPU, 2, argv[1], 0, 0, NULL};
+        kvc_conform_result r;
+        kvc_cpu_force_portable(1);
+        const int rc = kvc_kit_conform(&o, &r);
+        kvc_cpu_force_portable(0);
+        TU_CHECK(rc == 0 && r.failed == 0 && r.passed > 0, "portable CPU loop: %d of %d golden cases differ", r.failed,
+                 r.passed + r.failed);
     }
 
     /* kexp */

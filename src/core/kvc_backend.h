@@ -40,6 +40,10 @@ KVC_HIDDEN int64_t kvc_cpu_exp16_mismatches(uint32_t stride);
  * cos/sin layouts, NaN / Inf / zero windows, overflowing and vanishing
  * sums): @return the number whose bytes differ, -1 without AVX-512F. */
 KVC_HIDDEN int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed);
+/* 1: the CPU backend takes its portable segment loop and finaliser even
+ * where it has AVX-512F forms, so that the tests check both here
+ * (tests/test_units.c); set it only while no call runs. */
+KVC_HIDDEN void kvc_cpu_force_portable(int on);
 
 /* Test hooks (CMake KVC_TEST_HOOKS, on in test builds only): environment
  * variables, set to 1, that make the tests reach kernels a call would not

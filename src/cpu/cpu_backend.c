@@ -57,13 +57,13 @@ static float g_masked_v[D];      /* a masked overlap row: value 0 ... */
 static float g_masked_s[D];      /* ... score -Inf                     */
 static pthread_once_t g_masked_once = PTHREAD_ONCE_INIT;
 #if KVC_CPU_AVX512
-static int g_avx512; /* seg_reduce8_avx512 runs here */
+static int g_avx512;        /* seg_reduce8_avx512 runs here */
+static int g_portable_only; /* kvc_cpu_force_portable */
 #endif
 static void init_masked(void) {
     for (int d = 0; d < D; d++) g_masked_s[d] = -INFINITY;
 #if KVC_CPU_AVX512
-    /* test hook: the tests run the portable segment loop here too */
-    g_avx512 = __builtin_cpu_supports("avx512f") && !kvc_test_hook("KVC_CPU_NO_AVX512");
+    g_avx512 = __builtin_cpu_supports("avx512f");
 #endif
 }
 
@@ -382,7 +382,7 @@ static void seg_reduce(const float *const *vrow, const float *const *srow, int n
                        const float *const *pfv, seg_state *st, seg_state *const *left, int k) {
     if (n == KVC_SEG) {
 #if KVC_CPU_AVX512
-        if (g_avx512) {
+        if (g_avx512 && !g_portable_only) {
             seg_reduce8_avx512(srow, vrow, pfs, pfv, st, left, k);
             return;
         }
@@ -479,7 +479,7 @@ static int compute_output(cpu_job *job, const kvc_out_info *inf, long long *take
     kvc_slot_offsets(a, inf->slot, &payload, &scales);
     const float *cs = a->cos_sin_cache + inf->pc * a->cos_sin_stride;
 #if KVC_CPU_AVX512
-    if (g_avx512)
+    if (g_avx512 && !g_portable_only)
         return kvc_cpu_finalize_avx512(c, y, a->rms_norm_weight, cs, a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED,
                                        a->rms_norm_eps, a->nope_format == KVC_NOPE_FP8_E4M3, a->kv_cache + payload,
                                        a->kv_cache + scales);
@@ -590,6 +590,14 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
         rep->device_async = 0;
     }
     return KVC_OK;
+}
+
+void kvc_cpu_force_portable(int on) {
+#if KVC_CPU_AVX512
+    g_portable_only = on;
+#else
+    (void)on;
+#endif
 }
 
 static int cpu_available(void) { return 1; }

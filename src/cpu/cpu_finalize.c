@@ -12,6 +12,7 @@
 #include "cpu_simd.h"
 #include "kvc_backend.h"
 #include "kvc_canon.h"
+#include "kvcompress_rand.h"
 
 #if KVC_CPU_AVX512
 #include <immintrin.h>
@@ -154,12 +155,7 @@ AVX512 int kvc_cpu_finalize_avx512(const float *c, float *y, const uint16_t *w, 
  * (2^-140 .. 2^100, so sums that overflow or vanish), some dims zero, one
  * NaN / +-Inf now and then; weights of any finite bf16 exponent; cos/sin in
  * [-1.5, 1.5]. */
-static uint64_t next_u64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t next_u64(uint64_t *s) { return kvc_rand_splitmix64((*s)++); }
 static float unit(uint64_t *s) { return (float)(next_u64(s) >> 40) * 0x1p-24f * 2.0f - 1.0f; }
 static void random_input(uint64_t *s, float c[512], uint16_t w[512], float cs[64]) {
     const int scale = (int)(next_u64(s) % 241) - 140;
