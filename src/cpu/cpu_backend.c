@@ -23,9 +23,6 @@
 #include "kvc_check.h"
 
 #define D 512
-#ifndef KVC_CPU_BYTES_PER_THREAD
-#define KVC_CPU_BYTES_PER_THREAD (2.0 * 1024 * 1024)
-#endif
 
 /* the AVX-512F segment loop and finaliser (cpu_simd.h) */
 #if KVC_CPU_AVX512
@@ -535,12 +532,12 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
 
     int nthreads = e->num_threads > 0 ? e->num_threads : kvc_cpu_default_threads();
     if (nthreads > a->num_outputs) nthreads = a->num_outputs > 0 ? (int)a->num_outputs : 1;
-    /* num_threads = 0: at most a thread per KVC_CPU_BYTES_PER_THREAD of
-     * rows, since starting one costs about what reducing that much does
-     * (bench/NOTES.md c47) */
+    /* num_threads = 0: at most a thread per 2 MiB of rows, since starting
+     * one costs about what reducing that much does (bench/NOTES.md c47) */
+    const double kBytesPerThread = 2.0 * 1024 * 1024;
     const double bytes = (double)a->num_outputs * (double)rows * 4096.0;
-    if (e->num_threads == 0 && bytes < (double)nthreads * KVC_CPU_BYTES_PER_THREAD)
-        nthreads = bytes < 2.0 * KVC_CPU_BYTES_PER_THREAD ? 1 : (int)(bytes / KVC_CPU_BYTES_PER_THREAD);
+    if (e->num_threads == 0 && bytes < (double)nthreads * kBytesPerThread)
+        nthreads = bytes < 2.0 * kBytesPerThread ? 1 : (int)(bytes / kBytesPerThread);
 
     cpu_job job;
     job.a = a;
