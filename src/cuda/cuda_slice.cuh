@@ -241,8 +241,10 @@ __global__ void __launch_bounds__(256, SLICE_CTAS_PER_SM) slice_kernel(const lau
             st_merge(st, seg_compute(x1, KVC_SEG));
         }
     }
+    /* the warps' states in tree order: warp w stores its state once, at the
+     * level where it stops merging, so one barrier per level suffices */
 #pragma unroll
-    for (int lv = 1; lv < 8; lv *= 2) { /* the warps' states in tree order */
+    for (int lv = 1; lv < 8; lv *= 2) {
         if (w % (2 * lv) == lv)
 #pragma unroll
             for (int k = 0; k < 2; k++) xs[w][k][l] = st.m[k], xs[w][2 + k][l] = st.d[k], xs[w][4 + k][l] = st.n[k];
@@ -253,7 +255,6 @@ __global__ void __launch_bounds__(256, SLICE_CTAS_PER_SM) slice_kernel(const lau
             for (int k = 0; k < 2; k++) b.m[k] = xs[w + lv][k][l], b.d[k] = xs[w + lv][2 + k][l], b.n[k] = xs[w + lv][4 + k][l];
             st_merge(st, b);
         }
-        __syncthreads();
     }
     if (w == 0 && NCH > 1) { /* the chunk state: [3][512] floats */
         float *cs = P.chunk_states + (o * NCH + j) * (3 * 512) + 2 * q;
