@@ -271,7 +271,8 @@ __global__ void __launch_bounds__(256, SLICE_CTAS_PER_SM) slice_kernel(const lau
         st_rlx2(rec + 2 * q, c0, c1);
         if (l == 0) st_rlx(rec + 512 + sl, ss);
     }
-    if (t == 0) { /* the CTA's bad-block word: SLICE_OK or the first bad warp's block */
+    if (t == 224) { /* the CTA's bad-block word: SLICE_OK or the first bad warp's block
+                     * (by warp 7, idle after the tree's first level, not warp 0) */
         long long g = SLICE_OK;
         for (int k = 0; k < 8; k++) g = g == SLICE_OK ? wbad[k] : g;
         st_rlx_ll(P.slice_bad + blockIdx.x, g == SLICE_OK ? g : (long long)(unsigned)g);

@@ -148,7 +148,9 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
             st_merge(&st, &st1);
         }
     }
-    for (int lv = 1; lv < 8; lv *= 2) { /* the lane groups' states in tree order */
+    /* the lane groups' states in tree order: group w stores its state once,
+     * at the level where it stops merging, so one barrier per level suffices */
+    for (int lv = 1; lv < 8; lv *= 2) {
         if (w % (2 * lv) == lv)
             for (int k = 0; k < 2; k++) {
                 L->xs[w][k][l] = st.m[k];
@@ -165,7 +167,6 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
             }
             st_merge(&st, &x);
         }
-        barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (nch == 1) { /* c of the slice and its subtree of the RMS sum (the canonical
                      * pairwise tree over 512 dims has a 64-dim slice as one subtree) */
