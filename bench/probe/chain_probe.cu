@@ -97,8 +97,21 @@ __global__ void rd_chain_ticket(const float4 *p, size_t n, const int *idx, float
     }
 }
 
+/* A dependent FMA chains per float4 (A / 4 in each of 4 chains): about the
+ * exact segment arithmetic's issue cost at A = 60 (~30 instructions per
+ * value-score pair, two pairs per 16 bytes). */
+template <int A>
+__device__ __forceinline__ float arith(float4 v) {
+#pragma unroll
+    for (int k = 0; k < A / 4; k++)
+        v.x = fmaf(v.x, 1.0001f, 0.5f), v.y = fmaf(v.y, 1.0001f, 0.5f), v.z = fmaf(v.z, 1.0001f, 0.5f),
+        v.w = fmaf(v.w, 1.0001f, 0.5f);
+    return v.x + v.y + v.z + v.w;
+}
+
 /* One CTA per window (512 KiB, 512 threads, 64 loads of 16 bytes each in
  * batches of 8), the chain first, the 584 bytes last: no join. */
+template <int A>
 __global__ void __launch_bounds__(512, 4) rd_window(const float4 *p, const int *idx, float *sink, unsigned *out) {
     int j = (int)(blockIdx.x & 1023);
 #pragma unroll
@@ -110,23 +123,11 @@ __global__ void __launch_bounds__(512, 4) rd_window(const float4 *p, const int *
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = __ldcs(w + (b * 8 + i) * 512);
 #pragma unroll
-        for (int i = 0; i < 8; i++) acc += v[i].x + v[i].y + v[i].z + v[i].w;
+        for (int i = 0; i < 8; i++) acc += A ? arith<A>(v[i]) : v[i].x + v[i].y + v[i].z + v[i].w;
     }
     if (acc == 1234.5f) *sink = acc;
     __syncthreads();
     if (threadIdx.x < 146) out[blockIdx.x * 146 + threadIdx.x] = threadIdx.x;
-}
-
-/* A dependent FMA chains per float4 (A / 4 in each of 4 chains): about the
- * exact segment arithmetic's issue cost at A = 60 (~30 instructions per
- * value-score pair, two pairs per 16 bytes). */
-template <int A>
-__device__ __forceinline__ float arith(float4 v) {
-#pragma unroll
-    for (int k = 0; k < A / 4; k++)
-        v.x = fmaf(v.x, 1.0001f, 0.5f), v.y = fmaf(v.y, 1.0001f, 0.5f), v.z = fmaf(v.z, 1.0001f, 0.5f),
-        v.w = fmaf(v.w, 1.0001f, 0.5f);
-    return v.x + v.y + v.z + v.w;
 }
 
 /* A window split over 8 CTAs (64 KiB each: 256 threads, 16 loads of 16
@@ -198,6 +199,24 @@ int main(int argc, char **argv) {
         return probe_median_us([&](int i) { cudaMemsetAsync(f, i & 0xFF, fl); }, launch, e0, e1, 100);
     };
     const unsigned g = sms * 8;
+    if (argc > 1 && !strcmp(argv[1], "window")) { /* the window and split forms with the arithmetic */
+        unsigned *out;
+        CK(cudaMalloc(&out, (size_t)1024 * 146 * 4));
+        printf("one CTA per 512 KiB window (no join) against 8 CTAs of 64 KiB per window (no join), with 60 FMAs per\n"
+               "16 bytes, after the chain (write flush, median of 100; x = against the plain floor in the same round)\n");
+        printf("%6s %5s %8s %8s %8s %7s %7s\n", "MB", "round", "D=0 us", "window+a", "split+a", "x3wa", "x3sa");
+        for (size_t b : {(size_t)32 << 20, (size_t)128 << 20, (size_t)256 << 20, big})
+            for (int round = 0; round < 2; round++) {
+                const unsigned nout = (unsigned)(b >> 19);
+                const double t0 = T([&] { read_kernel<<<g, 512>>>((const float4 *)p, b / 16, sink); });
+                const double twa = T([&] { rd_window<60><<<nout, 512>>>((const float4 *)p, idx, sink, out); });
+                const double tsa = T([&] { rd_split<0, 60><<<nout * 8, 256>>>((const float4 *)p, idx, sink, out); });
+                printf("%6zu %5d %8.1f %8.1f %8.1f %7.3f %7.3f\n", b >> 20, round, t0, twa, tsa, twa / t0, tsa / t0);
+            }
+        CK(cudaDeviceSynchronize());
+        CK(cudaGetLastError());
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "join")) {
         unsigned *flag, *out, ep = 0;
         unsigned long long *cnt;
@@ -238,7 +257,7 @@ int main(int argc, char **argv) {
                 const double t0j = T([&] { joined(rd_chain_flag<0>, n, nout); });
                 const double t3j = T([&] { joined(rd_chain_flag<3>, n, nout); });
                 const double t3t = T([&] { rd_chain_ticket<3><<<g, 512>>>((const float4 *)p, n, idx, sink, cnt32, nout, out); });
-                const double t3w = T([&] { rd_window<<<nout, 512>>>((const float4 *)p, idx, sink, out); });
+                const double t3w = T([&] { rd_window<0><<<nout, 512>>>((const float4 *)p, idx, sink, out); });
                 auto clu = [&](auto k) {
                     cudaLaunchConfig_t c = {};
                     cudaLaunchAttribute at[1];
