@@ -23,32 +23,37 @@
 
 #define LEVEL_INTS (1 << 22) /* 16 MiB between the levels' arrays */
 
+/* D dependent loads through the index arrays, starting from the CTA's index
+ * (every value < 1024, so the result's bit 30 is 0: a zero offset the
+ * compiler cannot drop). */
 template <int D>
-__global__ void rd_chain(const float4 *p, size_t n, const int *idx, float *sink) {
+__device__ __forceinline__ int chain_walk(const int *idx) {
     int j = (int)(blockIdx.x & 1023);
 #pragma unroll
-    for (int k = 0; k < D; k++) j = idx[(size_t)k * LEVEL_INTS + j]; /* each value < 1024 */
-    const size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x + (size_t)(j >> 30); /* (j >> 30) == 0 */
+    for (int k = 0; k < D; k++) j = idx[(size_t)k * LEVEL_INTS + j];
+    return j >> 30;
+}
+
+/* The floor's grid-stride read of n float4 from element start. */
+__device__ __forceinline__ float grid_read(const float4 *p, size_t n, size_t start) {
     float acc = 0.f;
     for (size_t i = start; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const float4 v = __ldcs(p + i);
         acc += v.x + v.y + v.z + v.w;
     }
+    return acc;
+}
+
+template <int D>
+__global__ void rd_chain(const float4 *p, size_t n, const int *idx, float *sink) {
+    const float acc = grid_read(p, n, blockIdx.x * (size_t)blockDim.x + threadIdx.x + chain_walk<D>(idx));
     if (acc == 1234.5f) *sink = acc;
 }
 
 template <int D>
 __global__ void rd_chain_flag(const float4 *p, size_t n, const int *idx, float *sink, unsigned *flag, unsigned ep) {
     asm volatile("griddepcontrol.launch_dependents;");
-    int j = (int)(blockIdx.x & 1023);
-#pragma unroll
-    for (int k = 0; k < D; k++) j = idx[(size_t)k * LEVEL_INTS + j];
-    const size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x + (size_t)(j >> 30);
-    float acc = 0.f;
-    for (size_t i = start; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const float4 v = __ldcs(p + i);
-        acc += v.x + v.y + v.z + v.w;
-    }
+    const float acc = grid_read(p, n, blockIdx.x * (size_t)blockDim.x + threadIdx.x + chain_walk<D>(idx));
     if (acc == 1234.5f) *sink = acc;
     __syncthreads();
     if (threadIdx.x == 0) asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(flag + blockIdx.x), "r"(ep) : "memory");
@@ -76,15 +81,7 @@ __global__ void join_kernel(const unsigned *flag, unsigned nprod, unsigned ep, u
 template <int D>
 __global__ void rd_chain_ticket(const float4 *p, size_t n, const int *idx, float *sink, unsigned *cnt, unsigned nout,
                                 unsigned *out) {
-    int j = (int)(blockIdx.x & 1023);
-#pragma unroll
-    for (int k = 0; k < D; k++) j = idx[(size_t)k * LEVEL_INTS + j];
-    const size_t start = blockIdx.x * (size_t)blockDim.x + threadIdx.x + (size_t)(j >> 30);
-    float acc = 0.f;
-    for (size_t i = start; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const float4 v = __ldcs(p + i);
-        acc += v.x + v.y + v.z + v.w;
-    }
+    const float acc = grid_read(p, n, blockIdx.x * (size_t)blockDim.x + threadIdx.x + chain_walk<D>(idx));
     if (acc == 1234.5f) *sink = acc;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -109,22 +106,26 @@ __device__ __forceinline__ float arith(float4 v) {
     return v.x + v.y + v.z + v.w;
 }
 
+/* A CTA's contiguous part: NB batches of 8 loads of 16 bytes a thread (the
+ * CTA's T threads side by side), A FMAs per load. */
+template <int A, int NB, int T>
+__device__ __forceinline__ float part_read(const float4 *w) {
+    float acc = 0.f;
+    for (int b = 0; b < NB; b++) {
+        float4 v[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = __ldcs(w + (b * 8 + i) * T);
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc += A ? arith<A>(v[i]) : v[i].x + v[i].y + v[i].z + v[i].w;
+    }
+    return acc;
+}
+
 /* One CTA per window (512 KiB, 512 threads, 64 loads of 16 bytes each in
  * batches of 8), the chain first, the 584 bytes last: no join. */
 template <int A>
 __global__ void __launch_bounds__(512, 4) rd_window(const float4 *p, const int *idx, float *sink, unsigned *out) {
-    int j = (int)(blockIdx.x & 1023);
-#pragma unroll
-    for (int k = 0; k < 3; k++) j = idx[(size_t)k * LEVEL_INTS + j];
-    const float4 *w = p + (size_t)blockIdx.x * 32768 + threadIdx.x + (j >> 30);
-    float acc = 0.f;
-    for (int b = 0; b < 8; b++) {
-        float4 v[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = __ldcs(w + (b * 8 + i) * 512);
-#pragma unroll
-        for (int i = 0; i < 8; i++) acc += A ? arith<A>(v[i]) : v[i].x + v[i].y + v[i].z + v[i].w;
-    }
+    const float acc = part_read<A, 8, 512>(p + (size_t)blockIdx.x * 32768 + threadIdx.x + chain_walk<3>(idx));
     if (acc == 1234.5f) *sink = acc;
     __syncthreads();
     if (threadIdx.x < 146) out[blockIdx.x * 146 + threadIdx.x] = threadIdx.x;
@@ -141,18 +142,7 @@ template <int CL, int A>
 __global__ void __launch_bounds__(256, 4) rd_split(const float4 *p, const int *idx, float *sink, unsigned *out) {
     __shared__ float sums[8];
     __shared__ int flags[8];
-    int j = (int)(blockIdx.x & 1023);
-#pragma unroll
-    for (int k = 0; k < 3; k++) j = idx[(size_t)k * LEVEL_INTS + j];
-    const float4 *w = p + (size_t)blockIdx.x * 4096 + threadIdx.x + (j >> 30);
-    float acc = 0.f;
-    for (int b = 0; b < 2; b++) {
-        float4 v[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = __ldcs(w + (b * 8 + i) * 256);
-#pragma unroll
-        for (int i = 0; i < 8; i++) acc += A ? arith<A>(v[i]) : v[i].x + v[i].y + v[i].z + v[i].w;
-    }
+    const float acc = part_read<A, 2, 256>(p + (size_t)blockIdx.x * 4096 + threadIdx.x + chain_walk<3>(idx));
     if (acc == 1234.5f) *sink = acc;
     const unsigned o = blockIdx.x >> 3, r = blockIdx.x & 7, t = threadIdx.x;
     if (CL == 2) {
