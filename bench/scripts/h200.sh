@@ -2,7 +2,8 @@
 # Device-run driver (the H200 session machine): runs named steps with the
 # binaries of devbin/ (built here, carried there -- a build with
 # -DKVC_KIT_SHARED=ON keeps them small: the shared library in devbin/lib) and
-# writes every result under $OUT.  Usage: bench/scripts/h200.sh step [step ...]
+# writes every result under $OUT (more than 6 files: as $OUT/results.tgz).
+# Usage: bench/scripts/h200.sh step [step ...]
 #   golden    golden + semantics suites on CUDA, verify
 #   backends  tests/test_backends.c on CUDA (the conformance matrix against the CPU)
 #   modes     FAST numerics (golden numerics=fast, test_cuda_fast) and two streams (test_cuda_streams;
@@ -26,7 +27,8 @@ G=$PWD/tests/data/golden
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$D/lib:${LD_LIBRARY_PATH:-}
-mkdir -p /etc/OpenCL/vendors && echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
+[ -e /usr/local/nvidia/lib64/libnvidia-opencl.so.1 ] &&
+  mkdir -p /etc/OpenCL/vendors && echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
 step() { echo "== $1 ($(date +%T))"; }
 for s in "$@"; do
   case $s in
@@ -129,3 +131,9 @@ PY
   esac
 done
 step done
+# the device tool brings back only a few files per call: more than 6 go back as one archive
+# (tar xzf results.tgz where they land)
+if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 6 ]; then
+  (cd "$OUT" && tar czf /tmp/h200-results.tgz --exclude results.tgz . && find . -mindepth 1 -delete &&
+    mv /tmp/h200-results.tgz results.tgz)
+fi
