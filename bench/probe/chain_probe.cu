@@ -8,13 +8,17 @@
 // after them; against the plain floor (D = 0) in the same run, timed as
 // SPEC 6 times a call (L2 flushed by a write of 4 x L2, events, median).
 //
-// With `join` it also times the least join a design of split windows needs
-// after its reads: rd_chain<D> whose every CTA, after its range, stores a
-// flag (the call's epoch, relaxed), and a second kernel started by
-// programmatic dependent launch with one 128-thread CTA per output (512 KiB
-// of the read: a C = 128 window) that polls its 8 producers' flags, stores
-// 584 bytes, waits for the read's end and counts itself -- the library's
-// finisher with no arithmetic, no records and no checks.
+// With `join` it times, after the chain, the least join of a window's parts
+// (a window = 512 KiB of the read, as at C = 128), each form with no
+// arithmetic, records or checks: rd_chain_flag + join_kernel (every CTA
+// stores a flag, a PDL kernel of one 128-thread CTA per output polls its 8
+// producers, stores 584 bytes, waits for the read's end and counts itself:
+// the library's finisher), rd_chain_ticket (fence, ticket, the last producer
+// stores), rd_window (one CTA per window, no join), rd_split (8 CTAs per
+// window: no join, one cluster barrier, or the finaliser's two cluster
+// exchanges), the last two also with 60 FMAs per 16 bytes loaded (about the
+// exact arithmetic's issue).  `window` times rd_window and rd_split with the
+// FMAs alone.
 // Build: nvcc -O3 -arch=sm_90 chain_probe.cu -o chain_probe
 #include "../../tools/read_floor.cuh"
 #include "probe_common.cuh"
