@@ -26,7 +26,8 @@ D=$PWD/devbin
 G=$PWD/tests/data/golden
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH=$D/lib:${LD_LIBRARY_PATH:-}
+# LIB=DIR: a variant build of the library (its libkvcompress.so.0) before devbin/lib
+export LD_LIBRARY_PATH=${LIB:+$LIB:}$D/lib:${LD_LIBRARY_PATH:-}
 [ -e /usr/local/nvidia/lib64/libnvidia-opencl.so.1 ] &&
   mkdir -p /etc/OpenCL/vendors && echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd
 step() { echo "== $1 ($(date +%T))"; }
