@@ -131,7 +131,7 @@ PY
   *) echo "unknown step $s" ;;
   esac
 done
-step done
+step "done"
 # the device tool brings back only a few files per call: more than 6 go back as one archive
 # (tar xzf results.tgz where they land)
 if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 6 ]; then
