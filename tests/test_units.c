@@ -12,7 +12,7 @@
 
 #include "kvc_canon.h"
 #include "kvc_check.h"
-#include "kvc_backend.h" /* kvc_cpu_exp16_mismatches, kvc_cpu_force_portable */
+#include "kvc_backend.h" /* kvc_cpu_exp16_mismatches, kvc_cpu_force_isa */
 #include "kvc_kit.h"
 #include "kvcompress_rand.h"
 #include "test_util.h"
@@ -234,6 +234,9 @@ int main(int argc, char **argv) {
         const int64_t bad = kvc_cpu_exp16_mismatches(stride);
         if (bad < 0) printf("skip AVX-512F exp: no AVX-512F here\n");
         else TU_CHECK(bad == 0, "AVX-512F exp: %lld of the sampled floats differ from kvc_exp", (long long)bad);
+        const int64_t bad8 = kvc_cpu_exp8_mismatches(stride);
+        if (bad8 < 0) printf("skip AVX2 exp: no AVX2 and FMA here\n");
+        else TU_CHECK(bad8 == 0, "AVX2 exp: %lld of the sampled floats differ from kvc_exp", (long long)bad8);
     }
 
     /* the CPU backend's AVX-512F finaliser equals kvc_finalize_slot byte
@@ -246,15 +249,22 @@ int main(int argc, char **argv) {
     }
 
     /* the golden cases through the CPU backend's portable segment loop and
-     * finaliser (what CPUs without AVX-512F run), on this machine too */
+     * finaliser (what CPUs without AVX2 or AVX-512F run) and its AVX2 loop
+     * (CPUs with AVX2 but no AVX-512F), on this machine too */
     {
-        kvc_conform_opts o = {KVC_BACKEND_CPU, 2, argv[1], 0, 0, NULL};
-        kvc_conform_result r;
-        kvc_cpu_force_portable(1);
-        const int rc = kvc_kit_conform(&o, &r);
-        kvc_cpu_force_portable(0);
-        TU_CHECK(rc == 0 && r.failed == 0 && r.passed > 0, "portable CPU loop: %d of %d golden cases differ", r.failed,
-                 r.passed + r.failed);
+        const struct {
+            int isa;
+            const char *name;
+        } forms[] = {{KVC_CPU_ISA_PORTABLE, "portable"}, {KVC_CPU_ISA_AVX2, "AVX2"}};
+        for (int f = 0; f < 2; f++) {
+            kvc_conform_opts o = {KVC_BACKEND_CPU, 2, argv[1], 0, 0, NULL};
+            kvc_conform_result r;
+            kvc_cpu_force_isa(forms[f].isa);
+            const int rc = kvc_kit_conform(&o, &r);
+            kvc_cpu_force_isa(KVC_CPU_ISA_AUTO);
+            TU_CHECK(rc == 0 && r.failed == 0 && r.passed > 0, "%s CPU loop: %d of %d golden cases differ",
+                     forms[f].name, r.failed, r.passed + r.failed);
+        }
     }
 
     /* kexp */

@@ -19,7 +19,7 @@ def main(path):
     with open(path) as f:
         for line in f:
             p = line.split()
-            if len(p) < 9:
+            if len(p) < 9 or p[0].startswith("#"):
                 continue
             build, _rnd, nm, case, layout, med, _floor, xf, check = p[:9]
             key = f"{case} {layout} {nm}"

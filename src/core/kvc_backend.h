@@ -40,10 +40,16 @@ KVC_HIDDEN int64_t kvc_cpu_exp16_mismatches(uint32_t stride);
  * cos/sin layouts, NaN / Inf / zero windows, overflowing and vanishing
  * sums): @return the number whose bytes differ, -1 without AVX-512F. */
 KVC_HIDDEN int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed);
-/* 1: the CPU backend takes its portable segment loop and finaliser even
- * where it has AVX-512F forms, so that the tests check both here
- * (tests/test_units.c); set it only while no call runs. */
-KVC_HIDDEN void kvc_cpu_force_portable(int on);
+/* The CPU backend's forms of the segment loop and finaliser, so that the
+ * tests check each on a machine that has the widest (tests/test_units.c):
+ * KVC_CPU_ISA_AUTO (the widest the CPU has), KVC_CPU_ISA_PORTABLE (the
+ * portable loop and finaliser), KVC_CPU_ISA_AVX2 (what a CPU with AVX2 and
+ * FMA but no AVX-512F runs).  Set it only while no call runs. */
+enum { KVC_CPU_ISA_AUTO = 0, KVC_CPU_ISA_PORTABLE = 1, KVC_CPU_ISA_AVX2 = 2 };
+KVC_HIDDEN void kvc_cpu_force_isa(int isa);
+/* The CPU backend's AVX2 exp (cpu_avx2.c) against kvc_exp, as
+ * kvc_cpu_exp16_mismatches; -1 where the CPU has no AVX2 and FMA. */
+KVC_HIDDEN int64_t kvc_cpu_exp8_mismatches(uint32_t stride);
 
 /* Test hooks (CMake KVC_TEST_HOOKS, on in test builds only): environment
  * variables, set to 1, that make the tests reach kernels a call would not

@@ -38,9 +38,7 @@
 #define KVC_CLONES
 #endif
 
-typedef struct {
-    float m[D], den[D], num[D];
-} seg_state;
+typedef kvc_cpu_seg_state seg_state;
 
 typedef struct {
     const kvc_args *a;
@@ -54,13 +52,19 @@ static float g_masked_v[D];      /* a masked overlap row: value 0 ... */
 static float g_masked_s[D];      /* ... score -Inf                     */
 static pthread_once_t g_masked_once = PTHREAD_ONCE_INIT;
 #if KVC_CPU_AVX512
-static int g_avx512;        /* seg_reduce8_avx512 runs here */
-static int g_portable_only; /* kvc_cpu_force_portable */
+static int g_avx512; /* seg_reduce8_avx512 runs here */
 #endif
+#if KVC_CPU_AVX2
+static int g_avx2; /* kvc_cpu_seg_reduce8_avx2 runs here (without AVX-512F) */
+#endif
+static int g_force; /* kvc_cpu_force_isa */
 static void init_masked(void) {
     for (int d = 0; d < D; d++) g_masked_s[d] = -INFINITY;
 #if KVC_CPU_AVX512
     g_avx512 = __builtin_cpu_supports("avx512f");
+#endif
+#if KVC_CPU_AVX2
+    g_avx2 = kvc_cpu_has_avx2();
 #endif
 }
 
@@ -88,25 +92,10 @@ static inline __attribute__((always_inline)) void row_step(const float *restrict
     for (int d = 0; d < D; d++) kvc_seg_step(m[d], s[d], v[d], &den[d], &num[d]);
 }
 
-/* The segment loop's prefetches for the block of 16 dims from b, row by
- * row: row i's lines 64 dims ahead into L1 (sr, vr), and this block's line
- * of the next segment's row i into L2 (pfs, pfv; NULL: none). */
-typedef struct {
-    const float *const *sr, *const *vr, *const *pfs, *const *pfv;
-    int b;
-} block_pf;
-static inline __attribute__((always_inline)) void l1_prefetch(const block_pf *p, int i) {
-    if (p->b + 64 < D) {
-        __builtin_prefetch(p->sr[i] + p->b + 64, 0, 3);
-        __builtin_prefetch(p->vr[i] + p->b + 64, 0, 3);
-    }
-}
-static inline __attribute__((always_inline)) void l2_prefetch(const block_pf *p, int i) {
-    if (p->pfs) {
-        __builtin_prefetch(p->pfs[i] + p->b, 0, 2);
-        __builtin_prefetch(p->pfv[i] + p->b, 0, 2);
-    }
-}
+typedef kvc_cpu_block_pf block_pf;
+#define l1_prefetch kvc_cpu_l1_prefetch
+#define l2_prefetch kvc_cpu_l2_prefetch
+
 /* All of them at once (the portable loop, the split block). */
 static inline __attribute__((always_inline)) void block_prefetch(const block_pf *p) {
     for (int i = 0; i < KVC_SEG; i++) l1_prefetch(p, i);
@@ -379,8 +368,14 @@ static void seg_reduce(const float *const *vrow, const float *const *srow, int n
                        const float *const *pfv, seg_state *st, seg_state *const *left, int k) {
     if (n == KVC_SEG) {
 #if KVC_CPU_AVX512
-        if (g_avx512 && !g_portable_only) {
+        if (g_avx512 && g_force == KVC_CPU_ISA_AUTO) {
             seg_reduce8_avx512(srow, vrow, pfs, pfv, st, left, k);
+            return;
+        }
+#endif
+#if KVC_CPU_AVX2
+        if (g_avx2 && g_force != KVC_CPU_ISA_PORTABLE) {
+            kvc_cpu_seg_reduce8_avx2(srow, vrow, pfs, pfv, st, left, k);
             return;
         }
 #endif
@@ -476,7 +471,7 @@ static int compute_output(cpu_job *job, const kvc_out_info *inf, long long *take
     kvc_slot_offsets(a, inf->slot, &payload, &scales);
     const float *cs = a->cos_sin_cache + inf->pc * a->cos_sin_stride;
 #if KVC_CPU_AVX512
-    if (g_avx512 && !g_portable_only)
+    if (g_avx512 && g_force == KVC_CPU_ISA_AUTO)
         return kvc_cpu_finalize_avx512(c, y, a->rms_norm_weight, cs, a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED,
                                        a->rms_norm_eps, a->nope_format == KVC_NOPE_FP8_E4M3, a->kv_cache + payload,
                                        a->kv_cache + scales);
@@ -589,13 +584,7 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     return KVC_OK;
 }
 
-void kvc_cpu_force_portable(int on) {
-#if KVC_CPU_AVX512
-    g_portable_only = on;
-#else
-    (void)on;
-#endif
-}
+void kvc_cpu_force_isa(int isa) { g_force = isa; }
 
 static int cpu_available(void) { return 1; }
 

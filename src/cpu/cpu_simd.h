@@ -18,6 +18,50 @@
 #else
 #define KVC_CPU_AVX512 0
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KVC_CPU_AVX2 1
+#else
+#define KVC_CPU_AVX2 0
+#endif
+
+/* A segment's or subtree's online-softmax state, 512 dims. */
+typedef struct {
+    float m[512], den[512], num[512];
+} kvc_cpu_seg_state;
+
+/* The segment loop's prefetches for the block of 16 dims from b, row by
+ * row: row i's lines 64 dims ahead into L1 (sr, vr), and this block's line
+ * of the next segment's row i into L2 (pfs, pfv; NULL: none). */
+typedef struct {
+    const float *const *sr, *const *vr, *const *pfs, *const *pfv;
+    int b;
+} kvc_cpu_block_pf;
+static inline __attribute__((always_inline)) void kvc_cpu_l1_prefetch(const kvc_cpu_block_pf *p, int i) {
+    if (p->b + 64 < 512) {
+        __builtin_prefetch(p->sr[i] + p->b + 64, 0, 3);
+        __builtin_prefetch(p->vr[i] + p->b + 64, 0, 3);
+    }
+}
+static inline __attribute__((always_inline)) void kvc_cpu_l2_prefetch(const kvc_cpu_block_pf *p, int i) {
+    if (p->pfs) {
+        __builtin_prefetch(p->pfs[i] + p->b, 0, 2);
+        __builtin_prefetch(p->pfv[i] + p->b, 0, 2);
+    }
+}
+
+/** 1 where the CPU has AVX2 and FMA (kvc_cpu_seg_reduce8_avx2 may run). */
+KVC_HIDDEN int kvc_cpu_has_avx2(void);
+#if KVC_CPU_AVX2
+/**
+ * A full segment (8 rows: score rows sr, value rows vr) reduced into st,
+ * then merged into the k states of left (as cpu_backend.c's seg_reduce),
+ * in AVX2 + FMA; pfs, pfv: the next segment's rows, prefetched into L2
+ * (NULL: none).  Callers check kvc_cpu_has_avx2 first.
+ */
+KVC_HIDDEN void kvc_cpu_seg_reduce8_avx2(const float *const *sr, const float *const *vr, const float *const *pfs,
+                                         const float *const *pfv, kvc_cpu_seg_state *st,
+                                         kvc_cpu_seg_state *const *left, int k);
+#endif
 
 #if KVC_CPU_AVX512
 /**

@@ -1,0 +1,160 @@
+/*
+ * cpu_avx2.c -- the CPU backend's segment loop in AVX2 + FMA, for x86-64
+ * CPUs without AVX-512F (cpu_simd.h).  The same IEEE operations in the same
+ * order as the portable loop and the AVX-512F one, 8 dims per vector:
+ *   - exp8: kvc_exp with k = rint(x * log2e) by vroundps (the round-magic
+ *     add and subtract round to nearest even the same way for |x log2e| <
+ *     2^22), x - k ln2_hi by one vfnmadd (KVC_SUB_K_LN2_HI: the product is
+ *     exact), 2^k from k's integer bits as kvc_exp builds it from m's, the
+ *     cutoff by a mask.  Equal to kvc_exp on every non-positive float, -Inf
+ *     and NaN (test cpu_exp_all);
+ *   - the segment max: vmaxps, redone with kvc_max's NaN-propagating form
+ *     wherever the max is -Inf (the reasoning of cpu_backend.c's seg16).
+ * The prefetches are cpu_backend.c's: per 16 dims (one line of each row),
+ * the rows' lines 64 dims ahead into L1 between the maxes, and the next
+ * segment's line into L2 between the exps.
+ */
+#include "cpu_simd.h"
+#include "kvc_backend.h" /* kvc_cpu_exp8_mismatches */
+
+#if KVC_CPU_AVX2
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kvc_canon.h"
+
+#define D 512
+#define AVX2_INLINE __attribute__((target("avx2,fma"), always_inline)) static inline
+
+AVX2_INLINE __m256 exp8(__m256 x) {
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(KVC_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 r = _mm256_sub_ps(_mm256_fnmadd_ps(k, _mm256_set1_ps(KVC_LN2_HI), x),
+                                   _mm256_mul_ps(k, _mm256_set1_ps(KVC_LN2_LO)));
+    __m256 q = _mm256_set1_ps(0x1.6c16c2p-10f);
+    q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(0x1.111112p-7f));
+    q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(0x1.555556p-5f));
+    q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(0x1.555556p-3f));
+    q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(0x1.000000p-1f));
+    q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f));
+    q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f));
+    /* 2^k; k outside [-126, 0] only where x < cutoff (masked) or x is NaN
+     * (q is NaN then) */
+    const __m256i eb = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    const __m256 res = _mm256_mul_ps(q, _mm256_castsi256_ps(eb));
+    /* x < cutoff (ordered: a NaN x is kept and flows through) */
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(KVC_EXP_CUTOFF), _CMP_LT_OQ), res);
+}
+
+/* kvc_max's NaN-propagating max: a NaN in m is kept (maxps would drop it) */
+AVX2_INLINE __m256 max_nan(__m256 m, __m256 s) {
+    return _mm256_blendv_ps(_mm256_max_ps(m, s), m, _mm256_cmp_ps(m, m, _CMP_UNORD_Q));
+}
+
+/* The segment arithmetic of dims [d, d + 8): m, den, num out; row i's
+ * prefetches (pf; NULL: none) between its max and between its exp. */
+AVX2_INLINE void seg8(const float *const *sr, const float *const *vr, int d, const kvc_cpu_block_pf *pf, __m256 *om,
+                      __m256 *oden, __m256 *onum) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
+    __m256 sv[KVC_SEG];
+    sv[0] = _mm256_loadu_ps(sr[0] + d);
+    __m256 m = sv[0];
+    for (int i = 0; i < KVC_SEG; i++) {
+        if (i) {
+            sv[i] = _mm256_loadu_ps(sr[i] + d);
+            m = _mm256_max_ps(m, sv[i]);
+        }
+        if (pf) kvc_cpu_l1_prefetch(pf, i);
+    }
+    if (_mm256_movemask_ps(_mm256_cmp_ps(m, ninf, _CMP_EQ_OQ))) {
+        m = sv[0];
+        for (int i = 1; i < KVC_SEG; i++) m = max_nan(m, sv[i]);
+    }
+    __m256 den = zero, num = zero;
+    for (int i = 0; i < KVC_SEG; i++) { /* kvc_seg_step, rows in order */
+        const __m256 e = exp8(_mm256_sub_ps(sv[i], m));
+        if (pf) kvc_cpu_l2_prefetch(pf, i);
+        den = _mm256_add_ps(den, e);
+        num = _mm256_add_ps(num, _mm256_mul_ps(e, _mm256_loadu_ps(vr[i] + d)));
+    }
+    const __m256 dead = _mm256_cmp_ps(m, ninf, _CMP_EQ_OQ); /* kvc_seg_close */
+    *om = m;
+    *oden = _mm256_andnot_ps(dead, den);
+    *onum = _mm256_andnot_ps(dead, num);
+}
+
+/* kvc_merge of dims [d, d + 8): the left state l merged with (m, den, num),
+ * which receive the result. */
+AVX2_INLINE void merge8(const kvc_cpu_seg_state *l, int d, __m256 *m, __m256 *den, __m256 *num) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256 lm = _mm256_loadu_ps(l->m + d), ld = _mm256_loadu_ps(l->den + d), ln = _mm256_loadu_ps(l->num + d);
+    const __m256 mx = max_nan(lm, *m); /* kvc_max(lm, m) */
+    const __m256 a_max = _mm256_cmp_ps(lm, mx, _CMP_EQ_OQ);
+    const __m256 f = exp8(_mm256_sub_ps(_mm256_blendv_ps(lm, *m, a_max), mx));
+    const __m256 fa = _mm256_blendv_ps(f, one, a_max), fb = _mm256_blendv_ps(one, f, a_max);
+    const __m256 dd = _mm256_add_ps(_mm256_mul_ps(ld, fa), _mm256_mul_ps(*den, fb));
+    const __m256 nn = _mm256_add_ps(_mm256_mul_ps(ln, fa), _mm256_mul_ps(*num, fb));
+    const __m256 dead = _mm256_cmp_ps(mx, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
+    *m = mx;
+    *den = _mm256_andnot_ps(dead, dd);
+    *num = _mm256_andnot_ps(dead, nn);
+}
+
+__attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(const float *const *sr, const float *const *vr,
+                                                                 const float *const *pfs, const float *const *pfv,
+                                                                 kvc_cpu_seg_state *st,
+                                                                 kvc_cpu_seg_state *const *left, int k) {
+    kvc_cpu_seg_state *out = k ? left[k - 1] : st;
+    for (int b = 0; b < D; b += 16) {
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b};
+        for (int h = 0; h < 16; h += 8) {
+            __m256 m, den, num;
+            seg8(sr, vr, b + h, h ? NULL : &pf, &m, &den, &num);
+            for (int j = 0; j < k; j++) merge8(left[j], b + h, &m, &den, &num);
+            _mm256_storeu_ps(out->m + b + h, m);
+            _mm256_storeu_ps(out->den + b + h, den);
+            _mm256_storeu_ps(out->num + b + h, num);
+        }
+    }
+}
+
+/* exp8 against kvc_exp on 8 arguments; the number that differ (any NaN
+ * equals any NaN: the contract observes only "is NaN"). */
+__attribute__((target("avx2,fma"))) static int64_t exp8_diff(const uint32_t bits[8]) {
+    float x[8], y[8];
+    int64_t bad = 0;
+    memcpy(x, bits, sizeof x);
+    _mm256_storeu_ps(y, exp8(_mm256_loadu_ps(x)));
+    for (int i = 0; i < 8; i++) {
+        const float e = kvc_exp(x[i]);
+        if (memcmp(&e, &y[i], 4) != 0 && !(e != e && y[i] != y[i])) bad++;
+    }
+    return bad;
+}
+
+int64_t kvc_cpu_exp8_mismatches(uint32_t stride) {
+    if (!kvc_cpu_has_avx2() || stride == 0) return -1;
+    int64_t bad = 0;
+    uint32_t bits[8];
+    /* x = -0 .. -Inf and the negative NaNs at the stride, then +0 and a
+     * positive NaN */
+    for (uint64_t b0 = 0x80000000u; b0 <= 0xFFFFFFFFu; b0 += 8 * (uint64_t)stride) {
+        for (int i = 0; i < 8; i++) {
+            const uint64_t b = b0 + (uint64_t)i * stride;
+            bits[i] = b <= 0xFFFFFFFFu ? (uint32_t)b : 0x80000000u;
+        }
+        bad += exp8_diff(bits);
+    }
+    for (int i = 0; i < 8; i++) bits[i] = i & 1 ? 0x7FC00001u : 0u;
+    return bad + exp8_diff(bits);
+}
+
+int kvc_cpu_has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+#else
+int64_t kvc_cpu_exp8_mismatches(uint32_t stride) {
+    (void)stride;
+    return -1;
+}
+int kvc_cpu_has_avx2(void) { return 0; }
+#endif
