@@ -309,39 +309,13 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
     }
 }
 
-/* exp16 against kvc_exp on 16 arguments; the number that differ (any NaN
- * equals any NaN: the contract observes only "is NaN"). */
-__attribute__((target("avx512f"))) static int64_t exp16_diff(const uint32_t bits[16]) {
-    float x[16], y[16];
-    int64_t bad = 0;
-    memcpy(x, bits, sizeof x);
+__attribute__((target("avx512f"))) static void exp16_batch(const float *x, float *y) {
     _mm512_storeu_ps(y, exp16(_mm512_loadu_ps(x)));
-    for (int i = 0; i < 16; i++) {
-        const float e = kvc_exp(x[i]);
-        if (memcmp(&e, &y[i], 4) != 0 && !(e != e && y[i] != y[i])) bad++;
-    }
-    return bad;
-}
-
-/* x = -0 .. -Inf and the negative NaNs at the stride, then +0 and a
- * positive NaN */
-__attribute__((target("avx512f"))) static int64_t exp16_check(uint32_t stride) {
-    int64_t bad = 0;
-    uint32_t bits[16];
-    for (uint64_t b0 = 0x80000000u; b0 <= 0xFFFFFFFFu; b0 += 16 * (uint64_t)stride) {
-        for (int i = 0; i < 16; i++) {
-            const uint64_t b = b0 + (uint64_t)i * stride;
-            bits[i] = b <= 0xFFFFFFFFu ? (uint32_t)b : 0x80000000u;
-        }
-        bad += exp16_diff(bits);
-    }
-    for (int i = 0; i < 16; i++) bits[i] = i & 1 ? 0x7FC00001u : 0u;
-    return bad + exp16_diff(bits);
 }
 
 int64_t kvc_cpu_exp16_mismatches(uint32_t stride) {
-    if (!__builtin_cpu_supports("avx512f") || stride == 0) return -1;
-    return exp16_check(stride);
+    if (!__builtin_cpu_supports("avx512f")) return -1;
+    return kvc_cpu_exp_mismatches(16, exp16_batch, stride);
 }
 #else
 int64_t kvc_cpu_exp16_mismatches(uint32_t stride) {
@@ -349,6 +323,30 @@ int64_t kvc_cpu_exp16_mismatches(uint32_t stride) {
     return -1;
 }
 #endif
+
+/* batch (lanes <= 16 arguments at a time) against kvc_exp: x = -0 .. -Inf
+ * and the negative NaNs at the stride, then +0 and a positive NaN; the
+ * number that differ (any NaN equals any NaN: the contract observes only
+ * "is NaN"). */
+int64_t kvc_cpu_exp_mismatches(int lanes, void (*batch)(const float *x, float *y), uint32_t stride) {
+    if (stride == 0 || lanes < 1 || lanes > 16) return -1;
+    int64_t bad = 0;
+    float x[16], y[16];
+    for (uint64_t b0 = 0x80000000u;; b0 += (uint64_t)lanes * stride) {
+        const int last = b0 > 0xFFFFFFFFu;
+        for (int i = 0; i < lanes; i++) {
+            const uint64_t b = b0 + (uint64_t)i * stride;
+            const uint32_t bits = last ? (i & 1 ? 0x7FC00001u : 0u) : b <= 0xFFFFFFFFu ? (uint32_t)b : 0x80000000u;
+            memcpy(&x[i], &bits, 4);
+        }
+        batch(x, y);
+        for (int i = 0; i < lanes; i++) {
+            const float e = kvc_exp(x[i]);
+            if (memcmp(&e, &y[i], 4) != 0 && !(e != e && y[i] != y[i])) bad++;
+        }
+        if (last) return bad;
+    }
+}
 
 /* A = merge(A, B), all dimensions. */
 KVC_CLONES

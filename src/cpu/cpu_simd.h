@@ -3,8 +3,10 @@
  *
  * x86-64 with GCC or clang: AVX-512F forms of the segment loop
  * (cpu_backend.c) and of the finaliser (cpu_finalize.c), taken at run time
- * where the CPU has AVX-512F.  They compute SPEC 3's operations in SPEC 3's
- * order, so the bytes never depend on which form ran.
+ * where the CPU has AVX-512F, and an AVX2 + FMA form of the segment loop
+ * (cpu_avx2.c) where it has those but not AVX-512F.  They compute SPEC 3's
+ * operations in SPEC 3's order, so the bytes never depend on which form
+ * ran.
  */
 #ifndef KVC_CPU_SIMD_H
 #define KVC_CPU_SIMD_H
@@ -49,6 +51,10 @@ static inline __attribute__((always_inline)) void kvc_cpu_l2_prefetch(const kvc_
     }
 }
 
+/** A vector exp (batch: `lanes` <= 16 arguments x to results y) against
+ * kvc_exp on every stride-th non-positive float, -Inf, the negative NaNs,
+ * +0 and a NaN: @return the number that differ, -1 for a bad argument. */
+KVC_HIDDEN int64_t kvc_cpu_exp_mismatches(int lanes, void (*batch)(const float *x, float *y), uint32_t stride);
 /** 1 where the CPU has AVX2 and FMA (kvc_cpu_seg_reduce8_avx2 may run). */
 KVC_HIDDEN int kvc_cpu_has_avx2(void);
 #if KVC_CPU_AVX2
