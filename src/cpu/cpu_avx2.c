@@ -31,13 +31,8 @@ AVX2_INLINE __m256 exp8(__m256 x) {
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256 r = _mm256_sub_ps(_mm256_fnmadd_ps(k, _mm256_set1_ps(KVC_LN2_HI), x),
                                    _mm256_mul_ps(k, _mm256_set1_ps(KVC_LN2_LO)));
-    __m256 q = _mm256_set1_ps(0x1.6c16c2p-10f);
-    q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(0x1.111112p-7f));
-    q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(0x1.555556p-5f));
-    q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(0x1.555556p-3f));
-    q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(0x1.000000p-1f));
-    q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f));
-    q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(1.0f));
+    __m256 q = _mm256_set1_ps(kvc_cpu_exp_poly[0]);
+    for (int j = 1; j < 7; j++) q = _mm256_add_ps(_mm256_mul_ps(q, r), _mm256_set1_ps(kvc_cpu_exp_poly[j]));
     /* 2^k; k outside [-126, 0] only where x < cutoff (masked) or x is NaN
      * (q is NaN then) */
     const __m256i eb = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);

@@ -171,13 +171,8 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 exp16(__m
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 r = _mm512_sub_ps(_mm512_fnmadd_ps(k, _mm512_set1_ps(KVC_LN2_HI), x),
                                    _mm512_mul_ps(k, _mm512_set1_ps(KVC_LN2_LO)));
-    __m512 q = _mm512_set1_ps(0x1.6c16c2p-10f);
-    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(0x1.111112p-7f));
-    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(0x1.555556p-5f));
-    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(0x1.555556p-3f));
-    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(0x1.000000p-1f));
-    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(1.0f));
-    q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(1.0f));
+    __m512 q = _mm512_set1_ps(kvc_cpu_exp_poly[0]);
+    for (int j = 1; j < 7; j++) q = _mm512_add_ps(_mm512_mul_ps(q, r), _mm512_set1_ps(kvc_cpu_exp_poly[j]));
     /* !(x < cutoff) (a NaN x is kept: it flows through as in kvc_exp) */
     const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(KVC_EXP_CUTOFF), _CMP_NLT_UQ);
     return _mm512_maskz_scalef_ps(keep, q, k);
