@@ -92,14 +92,10 @@ static inline __attribute__((always_inline)) void row_step(const float *restrict
     for (int d = 0; d < D; d++) kvc_seg_step(m[d], s[d], v[d], &den[d], &num[d]);
 }
 
-typedef kvc_cpu_block_pf block_pf;
-#define l1_prefetch kvc_cpu_l1_prefetch
-#define l2_prefetch kvc_cpu_l2_prefetch
-
 /* All of them at once (the portable loop, the split block). */
-static inline __attribute__((always_inline)) void block_prefetch(const block_pf *p) {
-    for (int i = 0; i < KVC_SEG; i++) l1_prefetch(p, i);
-    for (int i = 0; i < KVC_SEG; i++) l2_prefetch(p, i);
+static inline __attribute__((always_inline)) void block_prefetch(const kvc_cpu_block_pf *p) {
+    for (int i = 0; i < KVC_SEG; i++) kvc_cpu_l1_prefetch(p, i);
+    for (int i = 0; i < KVC_SEG; i++) kvc_cpu_l2_prefetch(p, i);
 }
 
 /* A full segment in ONE pass over the dimensions: the 8 rows' scores and
@@ -119,7 +115,7 @@ __attribute__((noinline)) static void seg_reduce8(const float *const *restrict s
     const float *restrict val0 = vr[0], *restrict val1 = vr[1], *restrict val2 = vr[2], *restrict val3 = vr[3];
     const float *restrict val4 = vr[4], *restrict val5 = vr[5], *restrict val6 = vr[6], *restrict val7 = vr[7];
     for (int b = 0; b < D; b += 16) {
-        const block_pf pf = {sr, vr, pfs, pfv, b};
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b};
         block_prefetch(&pf);
         for (int d = b; d < b + 16; d++) {
             float m = s0[d];
@@ -185,13 +181,13 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 exp16(__m
  * block's start held the core's line fill buffers and stalled it
  * (bench/NOTES.md c48). */
 __attribute__((target("avx512f"), always_inline)) static inline void seg16(const __m512 *sv, const __m512 *vv,
-                                                                         const block_pf *pf, __m512 *om,
+                                                                         const kvc_cpu_block_pf *pf, __m512 *om,
                                                                          __m512 *oden, __m512 *onum) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
     __m512 m = sv[0];
     for (int i = 0; i < KVC_SEG; i++) {
         if (i) m = _mm512_max_ps(m, sv[i]);
-        if (pf) l1_prefetch(pf, i);
+        if (pf) kvc_cpu_l1_prefetch(pf, i);
     }
     if (_mm512_cmp_ps_mask(m, ninf, _CMP_EQ_OQ)) { /* kvc_max's NaN-propagating form */
         m = sv[0];
@@ -201,7 +197,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void seg16(const
     __m512 den = zero, num = zero;
     for (int i = 0; i < KVC_SEG; i++) { /* kvc_seg_step, rows in order */
         const __m512 e = exp16(_mm512_sub_ps(sv[i], m));
-        if (pf) l2_prefetch(pf, i);
+        if (pf) kvc_cpu_l2_prefetch(pf, i);
         den = _mm512_add_ps(den, e);
         num = _mm512_add_ps(num, _mm512_mul_ps(e, vv[i]));
     }
@@ -269,7 +265,7 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
     const int h = rows_head(sr, vr);
     if (h) {
         const __mmask16 hm = (__mmask16)((1u << h) - 1), tm = (__mmask16)~hm;
-        const block_pf pf = {sr, vr, pfs, pfv, 0};
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0};
         block_prefetch(&pf);
         if (pfs)
             for (int i = 0; i < KVC_SEG; i++) {
@@ -289,7 +285,7 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
         store_split(out->num, hm, tm, num);
     }
     for (int b = h; b + 16 <= D; b += 16) {
-        const block_pf pf = {sr, vr, pfs, pfv, b};
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b};
         for (int i = 0; i < KVC_SEG; i++) {
             sv[i] = _mm512_loadu_ps(sr[i] + b);
             vv[i] = _mm512_loadu_ps(vr[i] + b);
