@@ -41,6 +41,25 @@ AVX2_INLINE __m256 exp8(__m256 x) {
     return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(KVC_EXP_CUTOFF), _CMP_LT_OQ), res);
 }
 
+/* Where dims [d, d + 8) of a row p are: at p + d, or (split, d < 0) the
+ * row's split vector -- dims [0, h) in lanes [0, h) and [504 + h, 512) in
+ * lanes [h, 8) -- by two masked loads (hm: lanes < h, tm: the others). */
+typedef struct {
+    __m256i hm, tm;
+} split8;
+AVX2_INLINE __m256 ld8(const float *p, int d, const split8 *sp) {
+    if (d >= 0) return _mm256_loadu_ps(p + d);
+    return _mm256_or_ps(_mm256_maskload_ps(p, sp->hm), _mm256_maskload_ps(p + D - 8, sp->tm));
+}
+AVX2_INLINE void st8(float *p, int d, const split8 *sp, __m256 v) {
+    if (d >= 0) {
+        _mm256_storeu_ps(p + d, v);
+    } else {
+        _mm256_maskstore_ps(p, sp->hm, v);
+        _mm256_maskstore_ps(p + D - 8, sp->tm, v);
+    }
+}
+
 /* kvc_max's NaN-propagating max: a NaN in m is kept (maxps would drop it) */
 AVX2_INLINE __m256 max_nan(__m256 m, __m256 s) {
     return _mm256_blendv_ps(_mm256_max_ps(m, s), m, _mm256_cmp_ps(m, m, _CMP_UNORD_Q));
@@ -48,15 +67,15 @@ AVX2_INLINE __m256 max_nan(__m256 m, __m256 s) {
 
 /* The segment arithmetic of dims [d, d + 8): m, den, num out; row i's
  * prefetches (pf; NULL: none) between its max and between its exp. */
-AVX2_INLINE void seg8(const float *const *sr, const float *const *vr, int d, const kvc_cpu_block_pf *pf, __m256 *om,
-                      __m256 *oden, __m256 *onum) {
+AVX2_INLINE void seg8(const float *const *sr, const float *const *vr, int d, const split8 *sp,
+                      const kvc_cpu_block_pf *pf, __m256 *om, __m256 *oden, __m256 *onum) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
     __m256 sv[KVC_SEG];
-    sv[0] = _mm256_loadu_ps(sr[0] + d);
+    sv[0] = ld8(sr[0], d, sp);
     __m256 m = sv[0];
     for (int i = 0; i < KVC_SEG; i++) {
         if (i) {
-            sv[i] = _mm256_loadu_ps(sr[i] + d);
+            sv[i] = ld8(sr[i], d, sp);
             m = _mm256_max_ps(m, sv[i]);
         }
         if (pf) kvc_cpu_l1_prefetch(pf, i);
@@ -70,7 +89,7 @@ AVX2_INLINE void seg8(const float *const *sr, const float *const *vr, int d, con
         const __m256 e = exp8(_mm256_sub_ps(sv[i], m));
         if (pf) kvc_cpu_l2_prefetch(pf, i);
         den = _mm256_add_ps(den, e);
-        num = _mm256_add_ps(num, _mm256_mul_ps(e, _mm256_loadu_ps(vr[i] + d)));
+        num = _mm256_add_ps(num, _mm256_mul_ps(e, ld8(vr[i], d, sp)));
     }
     const __m256 dead = _mm256_cmp_ps(m, ninf, _CMP_EQ_OQ); /* kvc_seg_close */
     *om = m;
@@ -80,9 +99,9 @@ AVX2_INLINE void seg8(const float *const *sr, const float *const *vr, int d, con
 
 /* kvc_merge of dims [d, d + 8): the left state l merged with (m, den, num),
  * which receive the result. */
-AVX2_INLINE void merge8(const kvc_cpu_seg_state *l, int d, __m256 *m, __m256 *den, __m256 *num) {
+AVX2_INLINE void merge8(const kvc_cpu_seg_state *l, int d, const split8 *sp, __m256 *m, __m256 *den, __m256 *num) {
     const __m256 one = _mm256_set1_ps(1.0f);
-    const __m256 lm = _mm256_loadu_ps(l->m + d), ld = _mm256_loadu_ps(l->den + d), ln = _mm256_loadu_ps(l->num + d);
+    const __m256 lm = ld8(l->m, d, sp), ld = ld8(l->den, d, sp), ln = ld8(l->num, d, sp);
     const __m256 mx = max_nan(lm, *m); /* kvc_max(lm, m) */
     const __m256 a_max = _mm256_cmp_ps(lm, mx, _CMP_EQ_OQ);
     const __m256 f = exp8(_mm256_sub_ps(_mm256_blendv_ps(lm, *m, a_max), mx));
@@ -95,21 +114,50 @@ AVX2_INLINE void merge8(const kvc_cpu_seg_state *l, int d, __m256 *m, __m256 *de
     *num = _mm256_andnot_ps(dead, nn);
 }
 
+/* Dims before a 32-byte boundary, when all 16 rows start at the same
+ * offset within 32 bytes (0: aligned, or offsets that differ). */
+static int rows_head8(const float *const *sr, const float *const *vr) {
+    const uintptr_t off = (uintptr_t)sr[0] & 31;
+    for (int i = 0; i < KVC_SEG; i++)
+        if (((uintptr_t)sr[i] & 31) != off || ((uintptr_t)vr[i] & 31) != off) return 0;
+    return off % 4 ? 0 : (int)(32 - off) / 4 % 8;
+}
+
+/* The dims [d, d + 8) of the segment (d < 0: the split vector) reduced and
+ * merged into the left states, into out. */
+AVX2_INLINE void seg_step8(const float *const *sr, const float *const *vr, int d, const split8 *sp,
+                           const kvc_cpu_block_pf *pf, kvc_cpu_seg_state *out, kvc_cpu_seg_state *const *left, int k) {
+    __m256 m, den, num;
+    seg8(sr, vr, d, sp, pf, &m, &den, &num);
+    for (int j = 0; j < k; j++) merge8(left[j], d, sp, &m, &den, &num);
+    st8(out->m, d, sp, m);
+    st8(out->den, d, sp, den);
+    st8(out->num, d, sp, num);
+}
+
+/* Rows that all start h dims before a 32-byte boundary (numpy's and
+ * malloc's large buffers start 16 bytes into a page) are read in aligned
+ * vectors, dims [h, h + 504), and one split vector, so that no load spans
+ * two lines (as cpu_backend.c's AVX-512F loop). */
 __attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(const float *const *sr, const float *const *vr,
                                                                  const float *const *pfs, const float *const *pfv,
                                                                  kvc_cpu_seg_state *st,
                                                                  kvc_cpu_seg_state *const *left, int k) {
     kvc_cpu_seg_state *out = k ? left[k - 1] : st;
-    for (int b = 0; b < D; b += 16) {
+    const int h = rows_head8(sr, vr);
+    split8 sp = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    if (h) {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        sp.hm = _mm256_cmpgt_epi32(_mm256_set1_epi32(h), lane);
+        sp.tm = _mm256_xor_si256(sp.hm, _mm256_set1_epi32(-1));
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0};
+        seg_step8(sr, vr, -1, &sp, &pf, out, left, k);
+    }
+    /* per 16 dims, the first vector issues the block's prefetches */
+    for (int b = h; b + 8 <= D - (h ? 8 - h : 0); b += 16) {
         const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b};
-        for (int h = 0; h < 16; h += 8) {
-            __m256 m, den, num;
-            seg8(sr, vr, b + h, h ? NULL : &pf, &m, &den, &num);
-            for (int j = 0; j < k; j++) merge8(left[j], b + h, &m, &den, &num);
-            _mm256_storeu_ps(out->m + b + h, m);
-            _mm256_storeu_ps(out->den + b + h, den);
-            _mm256_storeu_ps(out->num + b + h, num);
-        }
+        seg_step8(sr, vr, b, &sp, &pf, out, left, k);
+        if (b + 16 <= D - (h ? 8 - h : 0)) seg_step8(sr, vr, b + 8, &sp, NULL, out, left, k);
     }
 }
 
