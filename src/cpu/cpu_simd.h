@@ -26,7 +26,7 @@
 #define KVC_CPU_AVX2 0
 #endif
 
-/* kvc_exp's polynomial in r, highest coefficient first: the SIMD forms'
+/* kvc_exp's polynomial in r, highest coefficient first: the SIMD forms:
  * q = c[0], then q = q * r + c[j] for j = 1..6, unfused (kvc_canon.h). */
 static const float kvc_cpu_exp_poly[7] = {0x1.6c16c2p-10f, 0x1.111112p-7f, 0x1.555556p-5f, 0x1.555556p-3f,
                                           0x1.000000p-1f,  1.0f,           1.0f};
