@@ -147,6 +147,45 @@ static void test_plan(void) {
 
 /* kvc_row_lookup against the row arithmetic written out, every row of
  * overlapping and plain windows over a table with bad blocks. */
+/* The CPU backend's AVX2 loop against its portable loop on state rows that
+ * start at every float offset within a 64-byte line (its aligned and
+ * split-vector forms; the golden states all start 16 bytes into a line):
+ * the same bytes in a poisoned KV cache. */
+static void test_avx2_offsets(void) {
+    if (!kvc_cpu_has_avx2()) {
+        printf("skip AVX2 loop at every row offset: no AVX2 and FMA here\n");
+        return;
+    }
+    kvc_case c;
+    if (!tu_small_case(&c, 29)) {
+        TU_CHECK(0, "generate: %s", kvc_last_error_message());
+        return;
+    }
+    const size_t n = c.state_elems, bytes = c.kv_cache_bytes;
+    float *buf = aligned_alloc(64, ((n + 16) * sizeof(float) + 63) & ~(size_t)63);
+    uint8_t *want = malloc(bytes);
+    for (int lead = 0; lead < 16; lead++) {
+        kvc_args a = c.args;
+        a.state_cache = memcpy(buf + lead, c.state_cache, n * sizeof(float));
+        for (int f = 0; f < 2; f++) {
+            kvc_kit_poison(c.kv_cache, bytes, (uint64_t)lead);
+            kvc_exec ex;
+            kvc_exec_init(&ex);
+            ex.backend = KVC_BACKEND_CPU;
+            kvc_cpu_force_isa(f ? KVC_CPU_ISA_AVX2 : KVC_CPU_ISA_PORTABLE);
+            const kvc_status st = kvc_compress(&a, &ex, NULL);
+            kvc_cpu_force_isa(KVC_CPU_ISA_AUTO);
+            TU_CHECK(st == KVC_OK, "lead %d: %s", lead, kvc_last_error_message());
+            if (!f) memcpy(want, c.kv_cache, bytes);
+        }
+        TU_CHECK(memcmp(want, c.kv_cache, bytes) == 0, "AVX2 loop, rows %d floats into a line: bytes differ from the "
+                 "portable loop's", lead);
+    }
+    free(want);
+    free(buf);
+    kvc_case_free(&c);
+}
+
 static void test_row_lookup(void) {
     const int32_t trow[6] = {3, 0, 6, 2, -1, 5}; /* 6 = num_blocks: bad */
     kvc_shape sh;
@@ -221,6 +260,7 @@ int main(int argc, char **argv) {
 
     test_chunk_size();
     test_plan();
+    test_avx2_offsets();
     test_row_lookup();
 
     /* the CPU backend's AVX-512F exp equals kvc_exp bit for bit: every

@@ -47,6 +47,8 @@ KVC_HIDDEN int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed);
  * FMA but no AVX-512F runs).  Set it only while no call runs. */
 enum { KVC_CPU_ISA_AUTO = 0, KVC_CPU_ISA_PORTABLE = 1, KVC_CPU_ISA_AVX2 = 2 };
 KVC_HIDDEN void kvc_cpu_force_isa(int isa);
+/* 1 where the CPU has AVX2 and FMA (its AVX2 loop can run). */
+KVC_HIDDEN int kvc_cpu_has_avx2(void);
 /* The CPU backend's AVX2 exp (cpu_avx2.c) against kvc_exp, as
  * kvc_cpu_exp16_mismatches; -1 where the CPU has no AVX2 and FMA. */
 KVC_HIDDEN int64_t kvc_cpu_exp8_mismatches(uint32_t stride);

@@ -15,7 +15,7 @@
  * segment's line into L2 between the exps.
  */
 #include "cpu_simd.h"
-#include "kvc_backend.h" /* kvc_cpu_exp8_mismatches */
+#include "kvc_backend.h" /* kvc_cpu_exp8_mismatches, kvc_cpu_has_avx2 */
 
 #if KVC_CPU_AVX2
 #include <immintrin.h>

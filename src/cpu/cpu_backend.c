@@ -66,8 +66,6 @@ static void init_masked(void) {
 #if KVC_CPU_AVX2
     g_avx2 = kvc_cpu_has_avx2();
 #endif
-    /* test builds: the whole process as a CPU with AVX2 but no AVX-512F */
-    if (kvc_test_hook("KVC_CPU_AVX2")) g_force = KVC_CPU_ISA_AVX2;
 }
 
 /* The online processor count, read once: sysconf reads it from sysfs, ~8 us

@@ -60,8 +60,6 @@ static inline __attribute__((always_inline)) void kvc_cpu_l2_prefetch(const kvc_
  * kvc_exp on every stride-th non-positive float, -Inf, the negative NaNs,
  * +0 and a NaN: @return the number that differ, -1 for a bad argument. */
 KVC_HIDDEN int64_t kvc_cpu_exp_mismatches(int lanes, void (*batch)(const float *x, float *y), uint32_t stride);
-/** 1 where the CPU has AVX2 and FMA (kvc_cpu_seg_reduce8_avx2 may run). */
-KVC_HIDDEN int kvc_cpu_has_avx2(void);
 #if KVC_CPU_AVX2
 /**
  * A full segment (8 rows: score rows sr, value rows vr) reduced into st,
