@@ -154,8 +154,8 @@ __attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(const float *c
         seg_step8(sr, vr, -1, &sp, &pf, out, left, k);
     }
     /* the aligned vectors [h, end); per 16 dims the first issues the
-     * block's prefetches (without those of the split vector's step first,
-     * measured 1-2% slower: bench/NOTES.md) */
+     * block's prefetches (line 0's also after the split step's: dropping
+     * those measured no better, bench/NOTES.md) */
     const int end = h ? D - 8 + h : D;
     for (int b = h; b + 8 <= end; b += 16) {
         const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b};
