@@ -2,11 +2,12 @@
  * cpu_backend.c -- the CPU backend, the project's oracle.
  *
  * Validates everything first (nothing is written on error), then splits the
- * outputs over worker threads.  Each worker streams the rows of a window
- * once, 8 rows (one segment) at a time, reducing all 512 dimensions in
- * lock-step loops the compiler vectorises; segment states are combined in
- * the canonical tree order with a binary-counter stack, so scratch memory is
- * O(log(C / 8) x 512) floats per thread, never proportional to outputs x C.
+ * outputs over worker threads in runs of consecutive outputs.  Each worker
+ * streams the rows of a window once, 8 rows (one segment) at a time,
+ * reducing all 512 dimensions in lock-step loops the compiler vectorises;
+ * segment states are combined in the canonical tree order with a
+ * binary-counter stack, so scratch memory is O(log(C / 8) x 512) floats per
+ * thread, never proportional to outputs x C.
  * With AVX-512F a full segment's merges run inside its loop, 16 dims at a
  * time, while the next segment streams in.
  */
@@ -40,13 +41,39 @@
 
 typedef kvc_cpu_seg_state seg_state;
 
+/* The outputs a thread has taken and not yet started: [next, end). */
+typedef struct {
+    long long next, end;
+} take_state;
+
+/* The longest run of consecutive outputs a thread takes at once. */
+#define KVC_CPU_RUN 16
+
 typedef struct {
     const kvc_args *a;
     kvc_shape sh;              /* a's scalars, for kvc_row_lookup          */
     const kvc_out_info *infos; /* [num_outputs], from kvc_check_indices */
     atomic_llong next;
     atomic_llong written, nonfinite;
+    int threads;
 } cpu_job;
+
+/* The output a thread computes next.  Outputs are taken in runs of
+ * consecutive ones, since neighbouring windows share pages (a C4 window's
+ * first half-rows are its neighbour's last tokens' other halves) that one
+ * core then walks and fetches once; a run is a quarter of the thread's
+ * share of what is left, at most KVC_CPU_RUN and at least 1, so that the
+ * call's last outputs still spread over the threads. */
+static long long take(cpu_job *job, take_state *ts) {
+    if (ts->next >= ts->end) {
+        const long long left = job->a->num_outputs - atomic_load_explicit(&job->next, memory_order_relaxed);
+        long long run = left / (4 * (long long)job->threads);
+        run = run < 1 ? 1 : run > KVC_CPU_RUN ? KVC_CPU_RUN : run;
+        ts->next = atomic_fetch_add(&job->next, run);
+        ts->end = ts->next + run;
+    }
+    return ts->next++;
+}
 
 static float g_masked_v[D];      /* a masked overlap row: value 0 ... */
 static float g_masked_s[D];      /* ... score -Inf                     */
@@ -403,12 +430,13 @@ static int segment_rows(const kvc_args *a, const kvc_shape *sh, const kvc_out_in
 }
 
 /* Compute one output.  As its last segment starts, the thread takes the
- * output it computes next from job (*taken; >= num_outputs: none), whose
- * first segment that last one prefetches: taken then and not earlier, so
- * that a call of few outputs still spreads them over the threads.
+ * output it computes next (take: from its run ts, or a new run; *taken, >=
+ * num_outputs: none), whose first segment that last one prefetches: taken
+ * then and not earlier, so that a call of few outputs still spreads them
+ * over the threads.
  * @return 1 if written non-finite. */
-static int compute_output(cpu_job *job, const kvc_out_info *inf, long long *taken, seg_state *stack, int *sizes,
-                          float *c, float *y) {
+static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf, long long *taken, seg_state *stack,
+                          int *sizes, float *c, float *y) {
     const kvc_args *a = job->a;
     const kvc_shape *sh = &job->sh;
     const int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
@@ -432,7 +460,7 @@ static int compute_output(cpu_job *job, const kvc_out_info *inf, long long *take
                 pfv = rv[nxt];
             }
         } else {
-            *taken = atomic_fetch_add(&job->next, 1);
+            *taken = take(job, ts);
             const kvc_out_info *next = *taken < a->num_outputs ? &job->infos[*taken] : NULL;
             if (next && next->slot >= 0 && segment_rows(a, sh, next, rows, 0, rv[nxt], rs[nxt]) == KVC_SEG) {
                 pfs = rs[nxt];
@@ -482,14 +510,15 @@ static void *worker(void *arg) {
     cpu_job *job = w->job;
     const kvc_args *a = job->a;
     long long written = 0, nonfinite = 0;
-    long long o = atomic_fetch_add(&job->next, 1);
+    take_state ts = {0, 0};
+    long long o = take(job, &ts);
     while (o < a->num_outputs) {
         const kvc_out_info *inf = &job->infos[o]; /* resolved by kvc_check_indices */
         if (inf->slot < 0) { /* padding */
-            o = atomic_fetch_add(&job->next, 1);
+            o = take(job, &ts);
             continue;
         }
-        nonfinite += compute_output(job, inf, &o, w->stack, w->sizes, w->cy, w->cy + D);
+        nonfinite += compute_output(job, &ts, inf, &o, w->stack, w->sizes, w->cy, w->cy + D);
         written++;
     }
     atomic_fetch_add(&job->written, written);
@@ -530,6 +559,7 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     atomic_init(&job.next, 0);
     atomic_init(&job.written, 0);
     atomic_init(&job.nonfinite, 0);
+    job.threads = nthreads;
 
     /* All scratch is taken before any thread starts, so that running out of
      * memory can still leave kv_cache untouched. */
