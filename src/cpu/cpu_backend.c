@@ -60,10 +60,11 @@ typedef struct {
 
 /* The output a thread computes next.  Outputs are taken in runs of
  * consecutive ones, since neighbouring windows share pages (a C4 window's
- * first half-rows are its neighbour's last tokens' other halves) that one
- * core then walks and fetches once; a run is a quarter of the thread's
- * share of what is left, at most KVC_CPU_RUN and at least 1, so that the
- * call's last outputs still spread over the threads. */
+ * first half-rows are the other halves of its neighbour's last tokens'
+ * rows), which one core then reaches twice in a row instead of two cores
+ * once each (bench/NOTES.md c61).  A run is a quarter of the thread's share
+ * of what is left, at most KVC_CPU_RUN and at least 1, so that the call's
+ * last outputs still spread over the threads. */
 static long long take(cpu_job *job, take_state *ts) {
     if (ts->next >= ts->end) {
         const long long left = job->a->num_outputs - atomic_load_explicit(&job->next, memory_order_relaxed);
