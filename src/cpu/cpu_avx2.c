@@ -114,15 +114,6 @@ AVX2_INLINE void merge8(const kvc_cpu_seg_state *l, int d, const split8 *sp, __m
     *num = _mm256_andnot_ps(dead, nn);
 }
 
-/* Dims before a 32-byte boundary, when all 16 rows start at the same
- * offset within 32 bytes (0: aligned, or offsets that differ). */
-static int rows_head8(const float *const *sr, const float *const *vr) {
-    const uintptr_t off = (uintptr_t)sr[0] & 31;
-    for (int i = 0; i < KVC_SEG; i++)
-        if (((uintptr_t)sr[i] & 31) != off || ((uintptr_t)vr[i] & 31) != off) return 0;
-    return off % 4 ? 0 : (int)(32 - off) / 4 % 8;
-}
-
 /* The dims [d, d + 8) of the segment (d < 0: the split vector) reduced and
  * merged into the left states, into out. */
 AVX2_INLINE void seg_step8(const float *const *sr, const float *const *vr, int d, const split8 *sp,
@@ -144,7 +135,7 @@ __attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(const float *c
                                                                  kvc_cpu_seg_state *st,
                                                                  kvc_cpu_seg_state *const *left, int k) {
     kvc_cpu_seg_state *out = k ? left[k - 1] : st;
-    const int h = rows_head8(sr, vr);
+    const int h = kvc_cpu_rows_head(sr, vr, 32);
     split8 sp = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     if (h) {
         const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

@@ -255,16 +255,6 @@ __attribute__((target("avx512f"), always_inline)) static inline void merge16(__m
     *num = _mm512_mask_mov_ps(n, dead, zero);
 }
 
-/* Dims before the first 64-byte line boundary of the 16 rows, when all of
- * them start at the same offset within a line (0: aligned, or offsets that
- * differ). */
-static int rows_head(const float *const *sr, const float *const *vr) {
-    const uintptr_t off = (uintptr_t)sr[0] & 63;
-    for (int i = 0; i < KVC_SEG; i++)
-        if (((uintptr_t)sr[i] & 63) != off || ((uintptr_t)vr[i] & 63) != off) return 0;
-    return off % 4 ? 0 : (int)(64 - off) / 4 % 16;
-}
-
 /* The split vector of a row p: dims [0, h) (mask hm) with [496 + h, 512)
  * (mask tm = ~hm), each lane at its own dim's place in the vector from
  * p + 496; loaded and stored by two masked operations. */
@@ -290,7 +280,7 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
     const float *const *pfv, seg_state *st, seg_state *const *left, int k) {
     seg_state *out = k ? left[k - 1] : st;
     __m512 sv[KVC_SEG], vv[KVC_SEG], m, den, num;
-    const int h = rows_head(sr, vr);
+    const int h = kvc_cpu_rows_head(sr, vr, 64);
     if (h) {
         const __mmask16 hm = (__mmask16)((1u << h) - 1), tm = (__mmask16)~hm;
         const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0};

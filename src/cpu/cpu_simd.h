@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "kvc_canon.h"
 #include "kvc_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(KVC_NO_TARGET_CLONES)
@@ -54,6 +55,16 @@ static inline __attribute__((always_inline)) void kvc_cpu_l2_prefetch(const kvc_
         __builtin_prefetch(p->pfs[i] + p->b, 0, 2);
         __builtin_prefetch(p->pfv[i] + p->b, 0, 2);
     }
+}
+
+/* Dims before the first `bytes`-aligned boundary (a vector: 64 or 32) of a
+ * segment's 16 rows, when all of them start at the same offset within it
+ * (0: aligned, or offsets that differ). */
+static inline int kvc_cpu_rows_head(const float *const *sr, const float *const *vr, int bytes) {
+    const uintptr_t mask = (uintptr_t)bytes - 1, off = (uintptr_t)sr[0] & mask;
+    for (int i = 0; i < KVC_SEG; i++)
+        if (((uintptr_t)sr[i] & mask) != off || ((uintptr_t)vr[i] & mask) != off) return 0;
+    return off % 4 ? 0 : (int)((uintptr_t)bytes - off) / 4 % (bytes / 4);
 }
 
 /** A vector exp (batch: `lanes` <= 16 arguments x to results y) against
