@@ -136,10 +136,16 @@ class _View:
             self.shape = x.shape
             self.strides = tuple(s // x.itemsize for s in x.strides)
             self.ptr = x.ctypes.data
+            if x.size and not x.flags.aligned:
+                raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: address {self.ptr:#x} is not a multiple of its "
+                                                      f"element size {x.itemsize}; pass an aligned copy (.copy())")
         if dt not in dtypes:
             raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: dtype {dt}, expected {' or '.join(dtypes)}")
         if len(self.shape) != ndim:
             raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: {len(self.shape)} dimensions, expected {ndim}")
+        if 0 in self.shape:
+            # no element is addressed: numpy 2 reports any strides (0) here; pass the contiguous ones
+            self.strides = tuple(int(_prod(self.shape[d + 1:])) for d in range(ndim))
         # the C API reads a stride of 0 as "contiguous": a broadcast (0) or
         # reversed (< 0) dimension cannot be passed through faithfully
         for d, (n, st) in enumerate(zip(self.shape, self.strides)):
@@ -151,6 +157,13 @@ class _View:
                                                   f"(stride {self.strides[-1]})")
 
 
+def _prod(xs):
+    p = 1
+    for v in xs:
+        p *= v
+    return p
+
+
 def _index_1d(name, x, dtypes):
     """1-D index tensors must be contiguous for the C API: copy when they are not
     (broadcast and reversed views included: the copy holds the values they show)."""
@@ -160,8 +173,8 @@ def _index_1d(name, x, dtypes):
     else:
         import numpy as np
         a = np.asarray(x)
-        if a.ndim == 1 and a.size > 1 and a.strides[0] != a.itemsize:
-            x = np.ascontiguousarray(a)
+        if a.ndim == 1 and a.size and ((a.size > 1 and a.strides[0] != a.itemsize) or not a.flags.aligned):
+            x = np.array(a, copy=True)  # a fresh array is contiguous and aligned
     return _View(name, x, dtypes, 1)
 
 
@@ -170,7 +183,8 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
              nope_format="int8", overlap=False, cos_sin_layout="split", kv_block_size=64, backend=None,
              num_threads=0):
     """Like :func:`c128_256_512_compress`, with explicit control: ``backend`` is
-    None (from the tensors' device), "cpu", "cuda" or "opencl"; ``num_threads``
+    None (from the tensors' device), "cpu" or "cuda" (OpenCL takes a command
+    queue, which only the C API can pass); ``num_threads``
     is the CPU thread count (0 = up to all cores, fewer for small calls).  Returns (kv_cache, report) where
     report is a dict (GPU: counts are -1, see :func:`check_device_status`)."""
     st = _View("state_cache", state_cache, ("float32",), 3)
@@ -203,6 +217,9 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
         raise KVCError("KVC_ERROR_BAD_SHAPE", f"rms_norm_weight: {w.shape[0]} values, expected 512")
     if cs.shape[1] != 64:
         raise KVCError("KVC_ERROR_BAD_SHAPE", f"cos_sin_cache: rows of {cs.shape[1]}, expected 64")
+    if kv.shape[0] > 0 and kv_block_size >= 1 and kv.shape[1] < 584 * kv_block_size:
+        raise KVCError("KVC_ERROR_BAD_SHAPE", f"kv_cache: pages of {kv.shape[1]} bytes (kv_cache.shape[1]), "
+                                              f"expected >= 584 * kv_block_size = {584 * kv_block_size}")
     n_tok = t2r.shape[0]
     for v in (pos, slots):
         if v.shape[0] != n_tok:

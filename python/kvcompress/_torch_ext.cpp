@@ -108,6 +108,11 @@ int64_t compress(const at::Tensor &state_cache, const at::Tensor &token_to_req_i
             if (t.size(0) != n_tok)
                 refuse(KVC_ERROR_BAD_SHAPE, std::string(name) + ": " + std::to_string(t.size(0)) +
                                                 " tokens, token_to_req has " + std::to_string(n_tok));
+        if (kv_cache.size(0) > 0 && kv_block_size >= 1 && kv_block_size <= INT64_MAX / KVC_SLOT_BYTES &&
+            kv_cache.size(1) < KVC_SLOT_BYTES * kv_block_size)
+            refuse(KVC_ERROR_BAD_SHAPE, "kv_cache: pages of " + std::to_string(kv_cache.size(1)) +
+                                            " bytes (kv_cache.size(1)), expected >= 584 * kv_block_size = " +
+                                            std::to_string(KVC_SLOT_BYTES * kv_block_size));
         if (state_cache.size(1) != block_size)
             refuse(KVC_ERROR_BAD_SHAPE, "state_cache: " + std::to_string(state_cache.size(1)) +
                                             " tokens per block, block_size is " + std::to_string(block_size));
