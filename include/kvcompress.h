@@ -9,6 +9,8 @@
  * (written from the project's SPEC); every backend produces identical bytes.
  *
  * Conventions
+ *  - Every tensor pointer is aligned to its element size (else
+ *    KVC_ERROR_BAD_SHAPE).
  *  - All sizes, strides and indices are int64_t.  Strides are in ELEMENTS of
  *    the tensor's own dtype (bytes for kv_cache).  A stride of 0 means "the
  *    contiguous stride" (see kvc_args).
@@ -256,8 +258,12 @@ typedef struct kvc_exec {
                             Tensors on another device are refused; the
                             caller's current device is left as it was       */
     kvc_device_status *device_status; /* GPU: optional caller-owned device
-                            memory for the status word (OpenCL: a cl_mem of
-                            >= 40 bytes); NULL = the library's own word      */
+                            memory for the status word (CUDA: >= 64 bytes of
+                            the call's device; OpenCL: a cl_mem of >= 40
+                            bytes), apart from every tensor (else refused:
+                            KVC_ERROR_BAD_PARAMETER / _BAD_SHAPE /
+                            _ALIASING); NULL = the library's own word; the
+                            CPU backend ignores it                          */
 } kvc_exec;
 
 /** kvc_exec_init() -- AUTO backend, all threads, default stream, device -1.

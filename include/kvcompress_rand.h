@@ -39,7 +39,7 @@ typedef struct kvc_case_params {
     int64_t block_size;
     int shuffle;             /* 0: contiguous block table, 1: shuffled      */
     uint64_t seed;
-    int score_shift;         /* scores multiplied by 2^score_shift          */
+    int score_shift;         /* scores multiplied by 2^score_shift, [-126, 127] */
     int64_t kv_block_size;   /* 0 = 64                                      */
     kvc_nope_format nope_format;
     kvc_overlap overlap;
@@ -75,6 +75,14 @@ typedef struct kvc_case {
  * @param threads  generator threads (0 = all cores); output does not depend on it.
  */
 KVC_API kvc_status kvc_case_generate(const kvc_case_params *params, int threads, kvc_case *out);
+/**
+ * kvc_case_host_bytes() -- check params as kvc_case_generate() does (every
+ * size and product, without allocating or generating anything) and give the
+ * host bytes a case of them allocates.
+ * @return KVC_OK, KVC_ERROR_NULL_POINTER or KVC_ERROR_BAD_PARAMETER (message
+ *         says which parameter); *bytes is 0 on error.
+ */
+KVC_API kvc_status kvc_case_host_bytes(const kvc_case_params *params, uint64_t *bytes);
 /** kvc_case_free() -- release what kvc_case_generate allocated (NULL ok). */
 KVC_API void kvc_case_free(kvc_case *c);
 /**

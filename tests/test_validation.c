@@ -65,6 +65,11 @@ static void m_neg_blocks(kvc_args *a, kvc_case *c) { (void)c; a->num_blocks = -1
 static void m_tok_stride(kvc_args *a, kvc_case *c) { (void)c; a->state_stride_token = 1000; }
 static void m_cs_stride(kvc_args *a, kvc_case *c) { (void)c; a->cos_sin_stride = 32; }
 static void m_overflow(kvc_args *a, kvc_case *c) { (void)c; a->num_pages = INT64_MAX / 2; }
+/* misaligned tensors (issue 49): refused before any load of them (each was a misaligned load) */
+static void m_mis_pos(kvc_args *a, kvc_case *c) { a->positions = (const int64_t *)((const char *)c->positions + 4); }
+static void m_mis_t2r(kvc_args *a, kvc_case *c) { a->token_to_req = (const int32_t *)((const char *)c->token_to_req + 2); }
+static void m_mis_state(kvc_args *a, kvc_case *c) { a->state_cache = (const float *)((const char *)c->state_cache + 1); }
+static void m_mis_w(kvc_args *a, kvc_case *c) { a->rms_norm_weight = (const uint16_t *)((const char *)c->rms_norm_weight + 1); }
 static void m_b_neg(kvc_args *a, kvc_case *c) { c->boundary_token_indices[5] = -1; (void)a; }
 static void m_b_big(kvc_args *a, kvc_case *c) { c->boundary_token_indices[5] = a->num_tokens; }
 static void m_req(kvc_args *a, kvc_case *c) { c->token_to_req[B(c, 3)] = 2; (void)a; }
@@ -95,6 +100,10 @@ int main(void) {
     expect("state_stride_token < width", m_tok_stride, KVC_ERROR_BAD_SHAPE, "state_stride_token = 1000 < state_width");
     expect("cos_sin_stride < 64", m_cs_stride, KVC_ERROR_BAD_SHAPE, "cos_sin_stride = 32 < 64");
     expect("extent overflow", m_overflow, KVC_ERROR_BAD_SHAPE, "overflow");
+    expect("positions misaligned", m_mis_pos, KVC_ERROR_BAD_SHAPE, "positions at ");
+    expect("token_to_req misaligned", m_mis_t2r, KVC_ERROR_BAD_SHAPE, "token_to_req at ");
+    expect("state_cache misaligned", m_mis_state, KVC_ERROR_BAD_SHAPE, "not aligned to its 4-byte elements");
+    expect("rms_norm_weight misaligned", m_mis_w, KVC_ERROR_BAD_SHAPE, "not aligned to its 2-byte elements");
     expect("boundary index -1", m_b_neg, KVC_ERROR_INDEX_OUT_OF_RANGE, "boundary_token_indices[5] = -1 outside [0, num_tokens = 512)");
     expect("boundary index = num_tokens", m_b_big, KVC_ERROR_INDEX_OUT_OF_RANGE, "boundary_token_indices[5] = 512");
     expect("request = num_reqs", m_req, KVC_ERROR_INDEX_OUT_OF_RANGE, "token_to_req[boundary_token_indices[3]] = 2 outside [0, num_reqs = 2)");
@@ -140,6 +149,48 @@ int main(void) {
         TU_CHECK(kvc_compress(&a, &ex, NULL) == KVC_ERROR_BAD_PARAMETER, "unknown backend refused");
     }
     TU_CHECK(kvc_version_number() == KVC_VERSION_NUMBER, "version");
+    /* kvc_case_generate refuses absurd parameters at once, before any loop or
+     * allocation (issue 49: 2^40 tokens looped over every token; block 2^62,
+     * kv_block 2^60 and score_shift 2^31 - 1 overflowed signed integers) */
+    {
+        static const struct { int64_t reqs, tokens, C, block, kv_block; int shift; const char *frag; } bad[] = {
+            {1, INT64_C(1) << 40, 128, 8, 64, 0, "block"},
+            {1, 4096, 128, INT64_C(1) << 62, 64, 0, ""},
+            {1, 4096, 128, 8, INT64_C(1) << 60, 0, "kv_block_size"},
+            {1, 4096, 128, 8, 64, 2147483647, "score_shift"},
+            {1, 4096, 128, 8, 64, -2147483647 - 1, "score_shift"},
+            {0, 4096, 128, 8, 64, 0, "num_reqs"},
+            {3, 4096, 128, 8, 64, 0, "multiple"},
+            {1, INT64_MAX, 1, 1, 1, 0, ""},
+        };
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            kvc_case_params p;
+            memset(&p, 0, sizeof p);
+            p.num_reqs = bad[i].reqs;
+            p.total_tokens = bad[i].tokens;
+            p.compress_ratio = bad[i].C;
+            p.block_size = bad[i].block;
+            p.kv_block_size = bad[i].kv_block;
+            p.score_shift = bad[i].shift;
+            kvc_case c;
+            uint64_t bytes = 1;
+            const kvc_status g = kvc_case_generate(&p, 1, &c);
+            const kvc_status h = kvc_case_host_bytes(&p, &bytes);
+            TU_CHECK(g == KVC_ERROR_BAD_PARAMETER && h == g && bytes == 0 && c.state_cache == NULL &&
+                         strstr(kvc_last_error_message(), bad[i].frag),
+                     "absurd case %zu: %s / %s, '%s'", i, kvc_status_string(g), kvc_status_string(h),
+                     kvc_last_error_message());
+        }
+        kvc_case_params p;
+        memset(&p, 0, sizeof p);
+        p.num_reqs = 2;
+        p.total_tokens = 2048;
+        p.compress_ratio = 128;
+        p.block_size = 8;
+        uint64_t bytes = 0;
+        TU_CHECK(kvc_case_host_bytes(&p, &bytes) == KVC_OK && bytes >= 2048ull * 4096, "host bytes of a case: %llu",
+                 (unsigned long long)bytes);
+    }
     kvc_case_free(&g_case);
     free(g_before);
     printf("%s (%d failures)\n", tu_failures ? "FAILED" : "passed", tu_failures);

@@ -37,6 +37,10 @@ KVC_HIDDEN kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *out);
 KVC_HIDDEN extern const char *const kvc_tensor_names[KVC_TENSORS];
 KVC_HIDDEN void kvc_tensor_ptrs(const kvc_args *a, const void *ptrs[KVC_TENSORS]);
 
+/* The bytes from each tensor's start that a call on resolved args may
+ * reach (kvc_args order; kv_cache: to the last page's last slot). */
+KVC_HIDDEN kvc_status kvc_tensor_bytes(const kvc_args *a, int64_t bytes[KVC_TENSORS]);
+
 /* kv_cache's written bytes overlapping an input's span -> KVC_ERROR_ALIASING.
  * handles != 0 (OpenCL: the pointers are cl_mem): the same handle only. */
 KVC_HIDDEN kvc_status kvc_check_aliasing(const kvc_args *a, int handles);

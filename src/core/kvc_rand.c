@@ -87,30 +87,98 @@ static void *fill_state(void *arg) {
     return NULL;
 }
 
+/* A case's dimensions, from validated parameters (every product checked). */
+typedef struct {
+    int64_t R, per_req, bs, C, bpr, nblocks, width, S, nout, pages;
+    uint64_t state_elems, kv_bytes, host_bytes;
+} case_dims;
+
+/* a * b + c for non-negative operands, or 0 with *ok cleared where it passes 2^63 - 1. */
+static int64_t muladd(int64_t a, int64_t b, int64_t c, int *ok) {
+    if (!*ok || (b && a > (INT64_MAX - c) / b)) {
+        *ok = 0;
+        return 0;
+    }
+    return a * b + c;
+}
+
+static kvc_status case_dims_of(const kvc_case_params *p, case_dims *d) {
+    if (p->num_reqs < 1 || p->num_reqs > INT32_MAX)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "num_reqs = %lld outside [1, 2^31 - 1]", (long long)p->num_reqs);
+    if (p->total_tokens < 1 || p->total_tokens % p->num_reqs != 0)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "total_tokens = %lld must be a positive multiple of num_reqs = %lld",
+                        (long long)p->total_tokens, (long long)p->num_reqs);
+    if (p->compress_ratio < 1)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "compress_ratio = %lld < 1", (long long)p->compress_ratio);
+    if (p->block_size < 1)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "block_size = %lld < 1", (long long)p->block_size);
+    if (p->kv_block_size < 0 || p->kv_block_size > INT64_MAX / KVC_SLOT_BYTES)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "kv_block_size = %lld outside [0, 2^63 / 584] (0 = 64)",
+                        (long long)p->kv_block_size);
+    if (p->score_shift < -126 || p->score_shift > 127)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "score_shift = %d outside [-126, 127]", p->score_shift);
+    if (p->num_value_shifts < 0 || p->num_value_shifts > KVC_CASE_MAX_SHIFTS)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "num_value_shifts = %d outside [0, %d]", p->num_value_shifts,
+                        KVC_CASE_MAX_SHIFTS);
+    for (int k = 0; k < p->num_value_shifts; k++)
+        if (p->value_shifts[k].shift < -126 || p->value_shifts[k].shift > 127)
+            return kvc_fail(KVC_ERROR_BAD_PARAMETER, "value_shifts[%d].shift = %d outside [-126, 127]", k,
+                            p->value_shifts[k].shift);
+    if (p->num_poison < 0 || (p->num_poison > 0 && !p->poison))
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "num_poison = %d with poison = %p", p->num_poison,
+                        (const void *)p->poison);
+    d->R = p->num_reqs;
+    d->per_req = p->total_tokens / d->R;
+    d->bs = p->block_size;
+    d->C = p->compress_ratio;
+    d->bpr = d->per_req / d->bs + (d->per_req % d->bs != 0);
+    d->width = p->overlap == KVC_OVERLAP_ON ? 2048 : 1024;
+    d->S = p->kv_block_size ? p->kv_block_size : 64;
+    d->nout = d->per_req / d->C * d->R; /* <= total_tokens */
+    d->pages = d->nout / d->S + (d->nout % d->S != 0);
+    int ok = 1;
+    d->nblocks = muladd(d->R, d->bpr, 0, &ok);
+    if (ok && d->nblocks > (int64_t)INT32_MAX + 1)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "%lld state blocks: the block table holds int32 block numbers",
+                        (long long)d->nblocks);
+    const int64_t elems = muladd(muladd(d->nblocks, d->bs, 0, &ok), d->width, 0, &ok);
+    const int64_t state_bytes = muladd(elems, 4, 0, &ok);
+    const int64_t kv_bytes = muladd(muladd(d->pages, d->S, 0, &ok), KVC_SLOT_BYTES, 0, &ok);
+    int64_t host = muladd(p->total_tokens, 4 + 8 + 8, state_bytes, &ok); /* t2r, positions, slots */
+    host = muladd(d->nout, 8, host, &ok);
+    host = muladd(d->nblocks, 4, host, &ok);
+    host = muladd(d->per_req, 64 * 4, host, &ok);
+    host = muladd(1, kv_bytes, host + 1024, &ok);
+    if (!ok || (uint64_t)host > SIZE_MAX)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "a case of %lld tokens (block_size %lld, kv_block_size %lld) needs "
+                        "more bytes than this machine can address", (long long)p->total_tokens,
+                        (long long)p->block_size, (long long)d->S);
+    d->state_elems = (uint64_t)elems;
+    d->kv_bytes = (uint64_t)kv_bytes;
+    d->host_bytes = (uint64_t)host;
+    return KVC_OK;
+}
+
+kvc_status kvc_case_host_bytes(const kvc_case_params *p, uint64_t *bytes) {
+    if (!p || !bytes) return kvc_fail(KVC_ERROR_NULL_POINTER, "%s = NULL", p ? "bytes" : "params");
+    case_dims d;
+    const kvc_status st = case_dims_of(p, &d);
+    *bytes = st == KVC_OK ? d.host_bytes : 0;
+    return st;
+}
+
 kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *out) {
     if (!out) return kvc_fail(KVC_ERROR_NULL_POINTER, "out = NULL");
     memset(out, 0, sizeof *out);
     if (!p) return kvc_fail(KVC_ERROR_NULL_POINTER, "params = NULL");
-    if (p->num_reqs < 1 || p->total_tokens < 1 || p->total_tokens % p->num_reqs != 0)
-        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "total_tokens = %lld must be a positive multiple of num_reqs = %lld",
-                        (long long)p->total_tokens, (long long)p->num_reqs);
-    if (p->compress_ratio < 1 || p->block_size < 1 || p->kv_block_size < 0)
-        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "compress_ratio, block_size must be >= 1, kv_block_size >= 0");
-    if (p->num_value_shifts < 0 || p->num_value_shifts > KVC_CASE_MAX_SHIFTS || p->num_poison < 0 ||
-        (p->num_poison > 0 && !p->poison))
-        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "bad value shift or poison list");
+    case_dims d;
+    const kvc_status st = case_dims_of(p, &d);
+    if (st != KVC_OK) return st;
+    const int64_t R = d.R, per_req = d.per_req, bs = d.bs, C = d.C, bpr = d.bpr, nblocks = d.nblocks;
+    const int64_t width = d.width, S = d.S, nout = d.nout, pages = d.pages;
 
-    const int64_t R = p->num_reqs, per_req = p->total_tokens / R, bs = p->block_size, C = p->compress_ratio;
-    const int64_t bpr = (per_req + bs - 1) / bs, nblocks = R * bpr;
-    const int64_t width = p->overlap == KVC_OVERLAP_ON ? 2048 : 1024;
-    const int64_t S = p->kv_block_size ? p->kv_block_size : 64;
-    int64_t nout = 0;
-    for (int64_t k = 0; k < per_req; k++) nout += ((k + 1) % C == 0);
-    nout *= R;
-    const int64_t pages = (nout + S - 1) / S;
-
-    out->state_elems = (size_t)(nblocks * bs * width);
-    out->kv_cache_bytes = (size_t)(pages * S * KVC_SLOT_BYTES);
+    out->state_elems = (size_t)d.state_elems;
+    out->kv_cache_bytes = (size_t)d.kv_bytes;
     out->state_cache = malloc(out->state_elems * sizeof(float));
     if (p->huge_pages && out->state_cache) kvc_advise_huge_pages(out->state_cache, out->state_elems * sizeof(float));
     out->token_to_req = malloc((size_t)p->total_tokens * sizeof(int32_t));

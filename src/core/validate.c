@@ -92,6 +92,13 @@ static kvc_status tensor_spans(const kvc_args *a, span sp[SPAN_COUNT]) {
     return KVC_OK;
 }
 
+kvc_status kvc_tensor_bytes(const kvc_args *a, int64_t bytes[KVC_TENSORS]) {
+    span sp[SPAN_COUNT];
+    const kvc_status st = tensor_spans(a, sp);
+    for (int i = 0; i < SPAN_COUNT; i++) bytes[i] = st == KVC_OK ? sp[i].bytes : 0;
+    return st;
+}
+
 /* Does [lo, lo + n) meet a byte kv_cache writes (the first `used` bytes of
  * each of `pages` pages of `stride` bytes from `base`)? */
 static int meets_written(uintptr_t base, int64_t pages, int64_t stride, int64_t used, uintptr_t lo, int64_t n) {
@@ -192,10 +199,16 @@ kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *a) {
     /* the largest byte offset of every tensor fits (and, for host pointers, the address space) */
     span sp[SPAN_COUNT];
     if ((st = tensor_spans(a, sp)) != KVC_OK) return st;
-    for (int i = 0; a->num_outputs > 0 && i < SPAN_COUNT; i++)
+    /* element sizes, kvc_args order: every load is of whole, aligned elements */
+    static const int elem[SPAN_COUNT] = {4, 4, 8, 8, 8, 4, 2, 4, 1};
+    for (int i = 0; a->num_outputs > 0 && i < SPAN_COUNT; i++) {
         if (!sp[i].ptr)
             return kvc_fail(KVC_ERROR_NULL_POINTER, "%s = NULL with num_outputs = " I64, sp[i].name,
                             LL(a->num_outputs));
+        if ((uintptr_t)sp[i].ptr % (uintptr_t)elem[i] != 0)
+            return kvc_fail(KVC_ERROR_BAD_SHAPE, "%s at %p is not aligned to its %d-byte elements", sp[i].name,
+                            sp[i].ptr, elem[i]);
+    }
     return KVC_OK;
 }
 
