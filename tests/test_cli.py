@@ -12,8 +12,11 @@ exe = sys.argv[1]
 failures = 0
 
 
-def run(*args):
-    p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=600)
+def run(*args, timeout=600):
+    try:
+        p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "", f"(still running after {timeout} s: killed)"
     return p.returncode, p.stdout, p.stderr
 
 
@@ -108,6 +111,58 @@ with tempfile.TemporaryDirectory() as d:
     env = dict(os.environ, KVCOMPRESS_GOLDEN=d)
     r = subprocess.run([exe, "verify", "--backend", "cpu", "--random", "0"], capture_output=True, text=True, env=env)
     check(r.returncode == 1 and "nothing" in r.stderr, f"$KVCOMPRESS_GOLDEN without data: nothing checked ({r.returncode})")
+
+# Issue 49: the whole command line is checked before any work (no bandwidth
+# run, no JSON written), and nothing hangs on absurd sizes.
+import time
+with tempfile.TemporaryDirectory() as d:
+    js = os.path.join(d, "out.json")
+    for spec, frag in [("tokens=1099511627776,C=128", "tokens"),          # looped over every token before
+                       ("tokens=99999999999999999999,C=128", "range"),    # clamped to INT64_MAX before
+                       ("reqs=1,tokens=4096,C=128,block=4611686018427387904", "block"),
+                       ("reqs=1,tokens=4096,C=128,kv_block=1152921504606846976", "kv_block_size"),
+                       ("reqs=1,tokens=4096,C=128,score_shift=2147483647", "score_shift"),
+                       ("reqs=0,tokens=1024,C=128", "num_reqs = 0"), ("reqs=-3,tokens=1024,C=128", "num_reqs = -3"),
+                       ("reqs=3,tokens=1024,C=128", "multiple of num_reqs"), ("tokens=1024,C=128,block=0", "block_size = 0"),
+                       ("tokens=1024,C=128,kv_block=-1", "kv_block=-1"), ("tokens=1024,C=128,kv_block=0", "kv_block=0"),
+                       ("tokens=100,C=128", "no window closes"), ("tokens=1024,C=128,cos_sin=bogus", "cos_sin=bogus"),
+                       ("tokens=1024,C=4,overlap=7", "overlap=7")]:
+        t0 = time.monotonic()
+        rc, out, err = run("bench", "--backend", "cpu", "--cases", spec, "--json", js, timeout=20)
+        dt = time.monotonic() - t0
+        check(rc == 2 and frag in err and dt < 0.5 and not os.path.exists(js) and "read bandwidth" not in out,
+              f"bench --cases {spec}: exit 2 in {dt:.2f} s naming '{frag}', no JSON ({rc}: {err.strip()[:120]})")
+rc, out, err = run("bench", "--backend", "cpu", "--cases", "quick", "--layout", "contig", "--repeat", "1",
+                   "--no-floor", "--json", "/dev/full", timeout=120)
+check(rc == 1 and "/dev/full" in err, f"--json /dev/full: a failed write exits 1 and says so ({rc}: {err.strip()[:100]})")
+if os.path.exists("/usr/bin/prlimit"):
+    # 1 GiB of state (2 with the floor's buffer) under a 1.5 GiB address-space limit: refused up front
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(["/usr/bin/prlimit", f"--as={1536 << 20}", exe, "bench", "--backend", "cpu", "--cases",
+                            "reqs=1,tokens=262144,C=128", "--layout", "contig"], capture_output=True, text=True,
+                           timeout=60)
+    except subprocess.TimeoutExpired:
+        p = subprocess.CompletedProcess([], None, "", "(killed after 60 s)")
+    dt = time.monotonic() - t0
+    check(p.returncode == 1 and "needs about" in p.stderr and "available" in p.stderr and dt < 5,
+          f"a case larger than the memory left is refused before any work ({p.returncode}, {dt:.1f} s: "
+          f"{p.stderr.strip()[:160]})")
+# a truncated golden .ref.bin is a failed case, never a read past the buffer
+import shutil
+src_golden = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "golden")
+with tempfile.TemporaryDirectory() as d:
+    for f in os.listdir(src_golden):
+        if os.path.isfile(os.path.join(src_golden, f)):
+            shutil.copy(os.path.join(src_golden, f), d)
+    shutil.copytree(os.path.join(src_golden, "edge"), os.path.join(d, "edge"))
+    refs = sorted(f for f in os.listdir(os.path.join(d, "edge")) if f.endswith(".ref.bin"))
+    victim = os.path.join(d, "edge", refs[0])
+    with open(victim, "r+b") as f:
+        f.truncate(100)
+    rc, out, err = run("verify", "--backend", "cpu", "--random", "0", "--golden", d, timeout=300)
+    check(rc == 1 and "100 bytes" in out and refs[0] in out,
+          f"verify with a truncated {refs[0]}: that case fails naming the sizes ({rc})")
 
 print("FAILED" if failures else "passed", f"({failures} failures)")
 sys.exit(1 if failures else 0)

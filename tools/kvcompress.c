@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench_backend.h"
@@ -265,6 +266,45 @@ static int build_cases(const char *set, const char *layout, uint64_t seed, const
         n = add_case(list, n, cap, &p);
     }
     return n;
+}
+
+/* Bytes this process may still allocate: the least of MemAvailable, the
+ * cgroup v2 limit less its usage, and RLIMIT_AS less the address space in
+ * use; 0 where none can be read. */
+static uint64_t read_u64_file(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[256];
+    uint64_t v = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (key && strncmp(line, key, strlen(key)) != 0) continue;
+        unsigned long long x;
+        if (sscanf(key ? line + strlen(key) : line, "%llu", &x) == 1) v = x;
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+static uint64_t available_memory(void) {
+    uint64_t avail = read_u64_file("/proc/meminfo", "MemAvailable:") * 1024;
+    const uint64_t max = read_u64_file("/sys/fs/cgroup/memory.max", NULL); /* "max" reads as 0 */
+    const uint64_t cur = read_u64_file("/sys/fs/cgroup/memory.current", NULL);
+    if (max && max > cur && (!avail || max - cur < avail)) avail = max - cur;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        const uint64_t vm = read_u64_file("/proc/self/statm", NULL) * (uint64_t)sysconf(_SC_PAGESIZE);
+        const uint64_t left = rl.rlim_cur > vm ? rl.rlim_cur - vm : 0;
+        if (!avail || left < avail) avail = left ? left : 1;
+    }
+    return avail;
+}
+
+/* The floor's bytes of a case from its parameters (case_bytes below, before generating it). */
+static double spec_floor_bytes(const kvc_case_params *p) {
+    if (p->num_reqs < 1 || p->compress_ratio < 1) return 0;
+    const double outs = (double)(p->total_tokens / p->num_reqs / p->compress_ratio) * (double)p->num_reqs;
+    return outs * (double)p->compress_ratio * (p->overlap == KVC_OVERLAP_ON ? 8192.0 : 4096.0) + outs * KVC_SLOT_BYTES;
 }
 
 /* Bytes the operation must move (SPEC 6; overlap: each 2048-float row once). */
@@ -575,6 +615,27 @@ static int cmd_bench(int argc, char **argv) {
     int n = build_cases(o.cases, o.layout, o.seed, &o.fmt, list, 128);
     if (n < 0) return 2;
     int gpu = be != KVC_BACKEND_CPU;
+    /* every case fits in the memory this process may use, before any work */
+    const uint64_t avail = available_memory();
+    double floor_max = 0; /* the CPU floor's buffer grows to the largest case's and stays */
+    for (int i = 0; i < n && !gpu && !o.no_floor; i++)
+        if (spec_floor_bytes(&list[i].p) > floor_max) floor_max = spec_floor_bytes(&list[i].p);
+    for (int i = 0; i < n; i++) {
+        uint64_t host = 0;
+        if (kvc_case_host_bytes(&list[i].p, &host) != KVC_OK) {
+            fprintf(stderr, "kvcompress: case %s: %s\n", list[i].name, kvc_last_error_message());
+            return 2;
+        }
+        /* the case, the CPU floor's buffer (CPU backend), the reference's copy of the KV cache */
+        const double need = (double)host + floor_max + (double)host / 16;
+        if (avail && need > (double)avail) {
+            fprintf(stderr, "kvcompress: case %s needs about %.2f GiB of host memory, %.2f GiB available "
+                            "(MemAvailable, the cgroup's memory.max, ulimit -v): use fewer tokens%s\n",
+                    list[i].name, need / 1073741824.0, (double)avail / 1073741824.0,
+                    floor_max > 0 ? " or --no-floor" : "");
+            return 1;
+        }
+    }
     /* GPU: 100 calls (SPEC 6); CPU: at least 10 calls and 0.5 s per case */
     int repeat = o.repeat ? o.repeat : (gpu ? 100 : 0);
     if (progress_on()) fprintf(stderr, "measuring read bandwidth...\r");
@@ -686,7 +747,11 @@ static int cmd_bench(int argc, char **argv) {
     }
     if (js) {
         fprintf(js, "\n ]\n}\n");
-        fclose(js);
+        const int werr = ferror(js);
+        if (fclose(js) != 0 || werr) {
+            fprintf(stderr, "kvcompress: writing %s failed: %s\n", o.json, strerror(errno ? errno : EIO));
+            return 1;
+        }
     }
     if (nx) printf("x_floor: geomean %.3f, worst %.3f over %d cases\n", exp(log_x / nx), worst_x, nx);
     if (noisy)

@@ -60,12 +60,19 @@ static int golden_bytes(const char *dir, const kvc_golden_case *g, const kvc_cas
     snprintf(path, sizeof path, "%s/%s/%s.canon.bin", dir, g->dir, g->name);
     canon = kvc_kit_read_file(path, &n);
     int bad = !rows || !canon || n != (size_t)c->args.num_outputs * KVC_SLOT_BYTES || memcmp(rows, canon, n) != 0;
-    if (bad) snprintf(msg, len, "bytes differ from %.400s", path);
+    if (bad && canon && n != (size_t)c->args.num_outputs * KVC_SLOT_BYTES)
+        snprintf(msg, len, "%.400s: %zu bytes, the manifest's %lld outputs need %lld", path, n,
+                 (long long)c->args.num_outputs, (long long)c->args.num_outputs * KVC_SLOT_BYTES);
+    else if (bad) snprintf(msg, len, "bytes differ from %.400s", path);
     if (!bad && g->has_ref) {
         snprintf(path, sizeof path, "%s/%s/%s.ref.bin", dir, g->dir, g->name);
         ref = kvc_kit_read_file(path, &n);
         int64_t differ;
-        bad = !ref || kvc_kit_conforms(rows, ref, c->args.num_outputs, g->params.nope_format != KVC_NOPE_INT8, &differ,
+        if (ref && n != (size_t)c->args.num_outputs * KVC_SLOT_BYTES) {
+            snprintf(msg, len, "%.400s: %zu bytes, the manifest's %lld outputs need %lld", path, n,
+                     (long long)c->args.num_outputs, (long long)c->args.num_outputs * KVC_SLOT_BYTES);
+            bad = 1;
+        } else bad = !ref || kvc_kit_conforms(rows, ref, c->args.num_outputs, g->params.nope_format != KVC_NOPE_INT8, &differ,
                                        msg, len);
     }
     free(rows);

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,8 +276,13 @@ int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t m
         *eq = '\0';
         const char *k = it, *v = eq + 1;
         char *end = NULL;
+        errno = 0;
         long long x = strtoll(v, &end, 10);
         int numeric = end && *end == '\0' && end != v;
+        if (numeric && errno == ERANGE) {
+            snprintf(msg, msglen, "%s=%s: out of the range of a 64-bit integer", k, v);
+            return -1;
+        }
         if (!strcmp(k, "layout")) {
             if (strcmp(v, "contig") && strcmp(v, "shuffle")) {
                 snprintf(msg, msglen, "layout=%s: expected contig or shuffle", v);
@@ -290,6 +296,10 @@ int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t m
             }
             p->nope_format = !strcmp(v, "fp8") ? KVC_NOPE_FP8_E4M3 : KVC_NOPE_INT8;
         } else if (!strcmp(k, "cos_sin")) {
+            if (strcmp(v, "split") && strcmp(v, "interleaved")) {
+                snprintf(msg, msglen, "cos_sin=%s: expected split or interleaved", v);
+                return -1;
+            }
             p->cos_sin_layout = !strcmp(v, "interleaved") ? KVC_COS_SIN_INTERLEAVED : KVC_COS_SIN_SPLIT;
         } else if (!numeric) {
             snprintf(msg, msglen, "%s=%s: expected an integer", k, v);
@@ -299,16 +309,43 @@ int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t m
         else if (!strcmp(k, "C")) p->compress_ratio = x;
         else if (!strcmp(k, "block")) p->block_size = x;
         else if (!strcmp(k, "seed")) p->seed = (uint64_t)x;
-        else if (!strcmp(k, "kv_block")) p->kv_block_size = x;
-        else if (!strcmp(k, "overlap")) p->overlap = x ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
-        else if (!strcmp(k, "score_shift")) p->score_shift = (int)x;
+        else if (!strcmp(k, "kv_block")) {
+            if (x < 1) {
+                snprintf(msg, msglen, "kv_block=%s: expected >= 1", v);
+                return -1;
+            }
+            p->kv_block_size = x;
+        }
+        else if (!strcmp(k, "overlap")) {
+            if (x != 0 && x != 1) {
+                snprintf(msg, msglen, "overlap=%s: expected 0 or 1", v);
+                return -1;
+            }
+            p->overlap = x ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
+        } else if (!strcmp(k, "score_shift")) {
+            if (x < -126 || x > 127) {
+                snprintf(msg, msglen, "score_shift=%s: expected [-126, 127]", v);
+                return -1;
+            }
+            p->score_shift = (int)x;
+        }
         else {
             snprintf(msg, msglen, "unknown key '%s'", k);
             return -1;
         }
     }
     if (p->total_tokens <= 0 || p->compress_ratio <= 0) {
-        snprintf(msg, msglen, "tokens and C are required");
+        snprintf(msg, msglen, "tokens and C are required, both >= 1");
+        return -1;
+    }
+    uint64_t bytes;
+    if (kvc_case_host_bytes(p, &bytes) != KVC_OK) { /* reqs, block, divisibility, sizes */
+        snprintf(msg, msglen, "%s", kvc_last_error_message());
+        return -1;
+    }
+    if (p->total_tokens / p->num_reqs < p->compress_ratio) {
+        snprintf(msg, msglen, "C=%lld > tokens / reqs = %lld: no window closes, nothing to compute",
+                 (long long)p->compress_ratio, (long long)(p->total_tokens / p->num_reqs));
         return -1;
     }
     return 0;
