@@ -29,7 +29,14 @@
 extern const char kvc_opencl_source[];
 
 
-typedef struct {
+/* The program of one (context, device), built on the first call there, and
+ * a reference to the context.  The entries form a list that grows with the
+ * contexts a process calls on; past KVC_OPENCL_CONTEXTS_KEPT entries, a new
+ * one frees the least recently used (with its queues' workspaces), so a
+ * released context is let go (and one still in use rebuilds its program on
+ * its next call). */
+typedef struct cl_entry {
+    struct cl_entry *next;
     cl_context ctx;
     cl_device_id dev;
     cl_program prog;
@@ -40,22 +47,26 @@ typedef struct {
     cl_kernel slice[2]; /* C = 128 / 256 / 512 (kvc_slice.cl): any stride, 1024 */
     cl_kernel finish;   /* after slice[]: one group per output            */
     cl_uint units;     /* compute units                                  */
+    unsigned long long last_use;
 } cl_entry;
 
-#define KVC_CL_CACHE 16
-static cl_entry g_cache[KVC_CL_CACHE];
-static int g_ncache;
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-
 /* What one command queue's calls use, in queue order: the library-owned
- * status word and the kernels' workspace.  Keyed by (queue, context): a
- * queue's handle is not reused while commands of it are queued, and the
- * contexts are retained by g_cache.  A call holds `call` while it grows the
- * workspace and enqueues its commands, so that two threads' calls on one
- * queue never interleave on it. */
-typedef struct {
+ * status word and the kernels' workspace.  Keyed by (queue, context): the
+ * context is retained by its entry, and a queue's handle is only reused
+ * after the queue was deleted, which waits for its commands.  Past
+ * KVC_OPENCL_QUEUES_KEPT workspaces, a new queue's first call frees the
+ * least recently used ones without a call in flight: OpenCL keeps a released
+ * buffer until the commands that use it are done, so this is safe whether
+ * that queue is gone or not (a queue still in use gets a new workspace on
+ * its next call).  A call holds `call` while it grows the workspace and
+ * enqueues its commands, so that two threads' calls on one queue never
+ * interleave on it. */
+typedef struct cl_queue_ws {
+    struct cl_queue_ws *next;
     cl_command_queue q;
-    cl_context ctx;
+    cl_entry *ent;
+    int users;         /* calls in flight (under g_lock)                 */
+    unsigned long long last_use;
     pthread_mutex_t call;
     cl_mem status;     /* library-owned status word                     */
     cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
@@ -64,9 +75,11 @@ typedef struct {
     size_t tickets_bytes;
 } cl_queue_ws;
 
-#define KVC_CL_MAX_QUEUES 256
-static cl_queue_ws g_qws[KVC_CL_MAX_QUEUES];
-static int g_nqws;
+static cl_entry *g_entries;
+static cl_queue_ws *g_queues;
+static int g_nentries, g_nqueues;
+static unsigned long long g_clock;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static kvc_status cl_fail(cl_int err, const char *what) {
     return kvc_fail(KVC_ERROR_DEVICE, "OpenCL %s failed: error %d", what, (int)err);
@@ -166,29 +179,15 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     return p2;
 }
 
-/* The cached program of the queue's context and device. */
-static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
-    cl_context ctx;
-    cl_device_id dev;
+/* A new entry: the program of (ctx, dev) built, its kernels made.  Caller holds g_lock. */
+static kvc_status entry_make_locked(cl_context ctx, cl_device_id dev, cl_entry **out) {
     cl_int err;
-    if ((err = clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL)) != CL_SUCCESS ||
-        (err = clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL)) != CL_SUCCESS)
-        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->stream is not a valid cl_command_queue (error %d)", (int)err);
-    pthread_mutex_lock(&g_lock);
-    for (int i = 0; i < g_ncache; i++)
-        if (g_cache[i].ctx == ctx && g_cache[i].dev == dev) {
-            *out = &g_cache[i];
-            pthread_mutex_unlock(&g_lock);
-            return KVC_OK;
-        }
-    kvc_status st = KVC_OK;
     cl_device_fp_config fp = 0;
     clGetDeviceInfo(dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
     /* KVC_OPENCL_TRUST_FP=1 skips this check (tests: Oclgrind computes with
      * the host's IEEE arithmetic but does not report the capability; the
      * tests compare every byte anyway) */
     if ((!(fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) || !(fp & CL_FP_DENORM)) && !kvc_test_hook("KVC_OPENCL_TRUST_FP")) {
-        pthread_mutex_unlock(&g_lock);
         return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE,
                         "OpenCL device lacks %s: the canonical arithmetic needs both",
                         !(fp & CL_FP_DENORM) ? "denormals (CL_FP_DENORM)" : "correctly rounded divide/sqrt");
@@ -196,7 +195,6 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
     const char *src = kvc_opencl_source;
     cl_program prog = clCreateProgramWithSource(ctx, 1, &src, NULL, &err);
     if (err != CL_SUCCESS) {
-        pthread_mutex_unlock(&g_lock);
         return cl_fail(err, "clCreateProgramWithSource");
     }
     /* KVC_OPENCL_BUILD_OPTIONS (tuning and diagnosis, bench/NOTES.md): extra
@@ -227,7 +225,6 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
         char log[2048] = "";
         clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
         clReleaseProgram(prog);
-        pthread_mutex_unlock(&g_lock);
         return kvc_fail(KVC_ERROR_DEVICE, "OpenCL program build failed (%d): %.900s", (int)err, log);
     }
     prog = nv_tune(ctx, dev, prog);
@@ -244,19 +241,13 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
         if (small) clReleaseKernel(small);
         if (kern) clReleaseKernel(kern);
         clReleaseProgram(prog);
-        pthread_mutex_unlock(&g_lock);
         return cl_fail(err, "clCreateKernel");
     }
     cl_uint units = 0;
     if (clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS || units == 0)
         units = 1;
-    cl_entry e = {ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish, units};
-    if (g_ncache < KVC_CL_CACHE) {
-        clRetainContext(ctx);
-        g_cache[g_ncache] = e;
-        *out = &g_cache[g_ncache++];
-    } else {
-        st = kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "more than %d OpenCL contexts in use", KVC_CL_CACHE);
+    cl_entry *e = calloc(1, sizeof *e);
+    if (!e) {
         clReleaseKernel(finish);
         clReleaseKernel(slice1);
         clReleaseKernel(slice0);
@@ -264,54 +255,159 @@ static kvc_status get_entry(cl_command_queue q, cl_entry **out) {
         clReleaseKernel(small);
         clReleaseKernel(kern);
         clReleaseProgram(prog);
+        return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "OpenCL: no host memory for a program entry");
     }
-    pthread_mutex_unlock(&g_lock);
-    return st;
+    *e = (cl_entry){g_entries, ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish, units, 0};
+    clRetainContext(ctx);
+    g_entries = e;
+    g_nentries++;
+    *out = e;
+    return KVC_OK;
 }
 
-/* The workspace of queue q (of context ctx), made on first use with its
- * status word zeroed.  Caller holds g_lock.  An out-of-order queue is
- * refused: a call's commands (status fill, kernels) rely on queue order. */
-static kvc_status queue_ws_locked(cl_command_queue q, cl_context ctx, cl_queue_ws **out) {
-    for (int i = 0; i < g_nqws; i++)
-        if (g_qws[i].q == q && g_qws[i].ctx == ctx) {
-            *out = &g_qws[i];
+static void entry_free(cl_entry *e) {
+    clReleaseKernel(e->finish);
+    clReleaseKernel(e->slice[1]);
+    clReleaseKernel(e->slice[0]);
+    if (e->wide) clReleaseKernel(e->wide);
+    clReleaseKernel(e->small);
+    clReleaseKernel(e->kern);
+    clReleaseProgram(e->prog);
+    clReleaseContext(e->ctx);
+    free(e);
+}
+
+static void queue_free(cl_queue_ws *w) {
+    if (w->status) clReleaseMemObject(w->status);
+    if (w->states) clReleaseMemObject(w->states);
+    if (w->tickets) clReleaseMemObject(w->tickets);
+    pthread_mutex_destroy(&w->call);
+    free(w);
+    g_nqueues--;
+}
+
+/* Unlink and free the workspaces of entry e (all, or e = NULL: the one least
+ * recently used) that no call is in flight on.  @return how many.  Caller
+ * holds g_lock. */
+static int queues_free_locked(const cl_entry *e) {
+    cl_queue_ws **lru = NULL;
+    int freed = 0;
+    for (cl_queue_ws **pw = &g_queues; *pw;) {
+        cl_queue_ws *w = *pw;
+        if (w->users == 0 && e && w->ent == e) {
+            *pw = w->next;
+            queue_free(w);
+            freed++;
+            continue;
+        }
+        if (w->users == 0 && !e && (!lru || w->last_use < (*lru)->last_use)) lru = pw;
+        pw = &w->next;
+    }
+    if (lru) {
+        cl_queue_ws *w = *lru;
+        *lru = w->next;
+        queue_free(w);
+        freed++;
+    }
+    return freed;
+}
+
+/* Past the number kept, free the least recently used entries, each with
+ * its workspaces (only where no call is in flight on any of its queues).
+ * Caller holds g_lock. */
+static void entries_sweep_locked(void) {
+    while (g_nentries >= KVC_OPENCL_CONTEXTS_KEPT) {
+        cl_entry **lru = NULL;
+        for (cl_entry **pe = &g_entries; *pe; pe = &(*pe)->next) {
+            int busy = 0;
+            for (cl_queue_ws *w = g_queues; w && !busy; w = w->next) busy = w->ent == *pe && w->users > 0;
+            if (!busy && (!lru || (*pe)->last_use < (*lru)->last_use)) lru = pe;
+        }
+        if (!lru) return;
+        cl_entry *e = *lru;
+        queues_free_locked(e);
+        *lru = e->next;
+        entry_free(e);
+        g_nentries--;
+    }
+}
+
+/* The workspace of queue q, made on its first call (the program of its
+ * context and device built on the first call there), with one more call in
+ * flight on it: queue_release() when the call is enqueued.  An out-of-order
+ * queue is refused: a call's commands (status fill, kernels) rely on queue
+ * order. */
+static kvc_status queue_acquire(cl_command_queue q, cl_queue_ws **out) {
+    pthread_mutex_lock(&g_lock);
+    cl_context ctx;
+    cl_device_id dev;
+    cl_command_queue_properties props = 0;
+    cl_int err;
+    kvc_status st = KVC_OK;
+    if ((err = clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL)) != CL_SUCCESS) {
+        pthread_mutex_unlock(&g_lock);
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->stream is not a valid cl_command_queue (error %d)", (int)err);
+    }
+    for (cl_queue_ws *w = g_queues; w; w = w->next)
+        if (w->q == q && w->ent->ctx == ctx) {
+            w->users++;
+            w->last_use = w->ent->last_use = ++g_clock;
+            pthread_mutex_unlock(&g_lock);
+            *out = w;
             return KVC_OK;
         }
-    cl_command_queue_properties props = 0;
-    cl_int err = clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
-    if (err != CL_SUCCESS) return cl_fail(err, "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
-    if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
-        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->stream is an out-of-order cl_command_queue: the OpenCL "
-                        "backend needs an in-order queue (a call's kernels run in queue order)");
-    if (g_nqws == KVC_CL_MAX_QUEUES)
-        return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "more than %d OpenCL command queues in use", KVC_CL_MAX_QUEUES);
-    cl_mem status = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(kvc_cl_status), NULL, &err);
-    if (err != CL_SUCCESS) return cl_fail(err, "clCreateBuffer(status)");
-    const cl_int zero = 0;
-    err = clEnqueueFillBuffer(q, status, &zero, sizeof zero, 0, sizeof(kvc_cl_status), 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        clReleaseMemObject(status);
-        return cl_fail(err, "clEnqueueFillBuffer(status)");
+    if ((err = clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL)) != CL_SUCCESS ||
+        (err = clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL)) != CL_SUCCESS)
+        st = kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->stream is not a valid cl_command_queue (error %d)", (int)err);
+    else if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+        st = kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->stream is an out-of-order cl_command_queue: the OpenCL "
+                      "backend needs an in-order queue (a call's kernels run in queue order)");
+    if (st != KVC_OK) {
+        pthread_mutex_unlock(&g_lock);
+        return st;
     }
-    cl_queue_ws *w = &g_qws[g_nqws++];
-    memset(w, 0, sizeof *w);
+    cl_entry *ent = g_entries;
+    while (ent && !(ent->ctx == ctx && ent->dev == dev)) ent = ent->next;
+    if (!ent) entries_sweep_locked();
+    if (!ent && (st = entry_make_locked(ctx, dev, &ent)) != KVC_OK) {
+        pthread_mutex_unlock(&g_lock);
+        return st;
+    }
+    while (g_nqueues >= KVC_OPENCL_QUEUES_KEPT && queues_free_locked(NULL)) {
+    }
+    cl_queue_ws *w = calloc(1, sizeof *w);
+    err = CL_SUCCESS;
+    cl_mem status = w ? clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(kvc_cl_status), NULL, &err) : NULL;
+    const cl_int zero = 0;
+    if (!w) st = kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "OpenCL: no host memory for a queue's workspace");
+    else if (err != CL_SUCCESS) st = cl_fail(err, "clCreateBuffer(status)");
+    else if ((err = clEnqueueFillBuffer(q, status, &zero, sizeof zero, 0, sizeof(kvc_cl_status), 0, NULL, NULL)) !=
+             CL_SUCCESS)
+        st = cl_fail(err, "clEnqueueFillBuffer(status)");
+    if (st != KVC_OK) {
+        if (status) clReleaseMemObject(status);
+        free(w);
+        pthread_mutex_unlock(&g_lock);
+        return st;
+    }
     w->q = q;
-    w->ctx = ctx;
+    w->ent = ent;
+    w->users = 1;
+    w->last_use = ent->last_use = ++g_clock;
     w->status = status;
     pthread_mutex_init(&w->call, NULL);
+    w->next = g_queues;
+    g_queues = w;
+    g_nqueues++;
+    pthread_mutex_unlock(&g_lock);
     *out = w;
     return KVC_OK;
 }
 
-/* Queue q's program (of its context and device) and workspace. */
-static kvc_status queue_of(cl_command_queue q, cl_entry **ent, cl_queue_ws **ws) {
-    kvc_status st = get_entry(q, ent);
-    if (st != KVC_OK) return st;
+static void queue_release(cl_queue_ws *w) {
     pthread_mutex_lock(&g_lock);
-    st = queue_ws_locked(q, (*ent)->ctx, ws);
+    w->users--;
     pthread_mutex_unlock(&g_lock);
-    return st;
 }
 
 /* Make *buf at least `need` bytes (under the queue's call lock). */
@@ -446,6 +542,52 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     return enqueue(q, k, &sh, &pl, bufs, pl.groups, wide ? 512 : 256); /* KVC_CL_WG of kvc_kernel.cl */
 }
 
+/* The size of cl_mem m and, for a sub-buffer, its parent and offset (else m and 0). */
+static kvc_status mem_info(cl_mem m, const char *name, size_t *size, cl_mem *root, size_t *offset) {
+    cl_int err = clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof *size, size, NULL);
+    if (err != CL_SUCCESS)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "%s is not a cl_mem buffer (clGetMemObjectInfo: error %d)", name,
+                        (int)err);
+    cl_mem parent = NULL;
+    *offset = 0;
+    if (clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) != CL_SUCCESS) parent = NULL;
+    if (parent && clGetMemObjectInfo(m, CL_MEM_OFFSET, sizeof *offset, offset, NULL) != CL_SUCCESS) *offset = 0;
+    *root = parent ? parent : m;
+    return KVC_OK;
+}
+
+/* Every buffer holds what the call reaches from its start, and a caller's
+ * status word (40 bytes) is a buffer of its own: not inside any tensor's. */
+static kvc_status check_buffers(const kvc_args *a, const kvc_exec *e) {
+    const void *ptrs[KVC_TENSORS];
+    kvc_tensor_ptrs(a, ptrs);
+    int64_t need[KVC_TENSORS];
+    kvc_status st = kvc_tensor_bytes(a, need);
+    if (st != KVC_OK) return st;
+    size_t size[KVC_TENSORS], offset[KVC_TENSORS];
+    cl_mem root[KVC_TENSORS];
+    for (int i = 0; i < KVC_TENSORS && a->num_outputs > 0; i++) {
+        if ((st = mem_info((cl_mem)(void *)ptrs[i], kvc_tensor_names[i], &size[i], &root[i], &offset[i])) != KVC_OK)
+            return st;
+        if ((uint64_t)size[i] < (uint64_t)need[i])
+            return kvc_fail(KVC_ERROR_BAD_SHAPE, "%s: a cl_mem of %zu bytes; its sizes and strides reach %lld bytes",
+                            kvc_tensor_names[i], size[i], (long long)need[i]);
+    }
+    if (!e->device_status) return KVC_OK;
+    size_t ssize, soff;
+    cl_mem sroot;
+    if ((st = mem_info((cl_mem)(void *)e->device_status, "exec->device_status", &ssize, &sroot, &soff)) != KVC_OK)
+        return st;
+    if (ssize < sizeof(kvc_cl_status))
+        return kvc_fail(KVC_ERROR_BAD_SHAPE, "exec->device_status: a cl_mem of %zu bytes, the status word needs %zu",
+                        ssize, sizeof(kvc_cl_status));
+    for (int i = 0; i < KVC_TENSORS && a->num_outputs > 0; i++)
+        if (sroot == root[i] && soff < offset[i] + size[i] && offset[i] < soff + ssize)
+            return kvc_fail(KVC_ERROR_ALIASING, "exec->device_status and %s share memory: the status word would "
+                            "overwrite it", kvc_tensor_names[i]);
+    return KVC_OK;
+}
+
 static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
     cl_command_queue q = (cl_command_queue)e->stream;
     if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: the OpenCL backend needs a cl_command_queue");
@@ -453,26 +595,36 @@ static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_repo
         rep->outputs_written = rep->outputs_padding = rep->outputs_nonfinite = -1;
         rep->device_async = 1;
     }
-    cl_entry *ent;
-    cl_queue_ws *ws;
-    kvc_status st = queue_of(q, &ent, &ws);
+    kvc_status st = check_buffers(a, e);
     if (st != KVC_OK) return st;
+    cl_queue_ws *ws;
+    if ((st = queue_acquire(q, &ws)) != KVC_OK) return st;
     pthread_mutex_lock(&ws->call);
-    st = enqueue_call(a, e, q, ent, ws);
+    st = enqueue_call(a, e, q, ws->ent, ws);
     pthread_mutex_unlock(&ws->call);
+    queue_release(ws);
     return st;
 }
 
 static kvc_status opencl_read_status(const kvc_exec *e, kvc_device_status *out) {
     cl_command_queue q = (cl_command_queue)e->stream;
     if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: need the cl_command_queue");
-    cl_entry *ent;
+    kvc_status st;
+    if (e->device_status) {
+        size_t ssize, soff;
+        cl_mem sroot;
+        if ((st = mem_info((cl_mem)(void *)e->device_status, "exec->device_status", &ssize, &sroot, &soff)) != KVC_OK)
+            return st;
+        if (ssize < sizeof(kvc_cl_status))
+            return kvc_fail(KVC_ERROR_BAD_SHAPE, "exec->device_status: a cl_mem of %zu bytes, the status word "
+                            "needs %zu", ssize, sizeof(kvc_cl_status));
+    }
     cl_queue_ws *ws;
-    kvc_status st = queue_of(q, &ent, &ws);
-    if (st != KVC_OK) return st;
+    if ((st = queue_acquire(q, &ws)) != KVC_OK) return st;
     cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ws->status;
     kvc_cl_status s;
     cl_int err = clEnqueueReadBuffer(q, status, CL_TRUE, 0, sizeof s, &s, 0, NULL, NULL);
+    queue_release(ws);
     if (err != CL_SUCCESS) return cl_fail(err, "clEnqueueReadBuffer(status)");
     out->status = s.status;
     out->check = s.check;

@@ -29,4 +29,9 @@
  * <= 64 registers; 3 was 8% slower at 131k tokens) */
 #define KVC_OPENCL_NV_MINB_SLICE 4
 
+/* per-queue workspaces and per-context programs kept before the least
+ * recently used are freed (a program rebuilds in about a second) */
+#define KVC_OPENCL_QUEUES_KEPT 64
+#define KVC_OPENCL_CONTEXTS_KEPT 8
+
 #endif
