@@ -8,6 +8,19 @@
  * Index values are checked by the kernel: a bad output is skipped and the
  * first error is recorded in the status word of that (device, stream), which
  * this function reads.  Calls on different streams share no mutable memory.
+ *
+ * Checked on every call: each tensor in device memory lies inside its CUDA
+ * allocation for every byte its sizes and strides reach, and
+ * exec->device_status, if set, is >= 64 bytes of the call's device that no
+ * tensor overlaps (else KVC_ERROR_BAD_SHAPE / _BAD_PARAMETER / _ALIASING,
+ * nothing launched).
+ *
+ * Workspaces: one per (device, stream), made on the stream's first call.
+ * Streams come and go: once more than 64 exist, a new stream's first call
+ * frees the least recently used workspaces whose work is done, so a process
+ * may make and destroy any number of streams.  A workspace used while its
+ * stream was being captured into a CUDA graph is kept for good (the graph
+ * may replay on it).
  */
 #ifndef KVCOMPRESS_CUDA_H
 #define KVCOMPRESS_CUDA_H

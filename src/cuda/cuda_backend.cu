@@ -55,6 +55,7 @@
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kvc_canon.h"
@@ -151,8 +152,17 @@ template <int NCH> static slice_fn pick_finish(int fastnum) {
  * from the workspace's growth to its last launch, so that the commands of
  * two threads' calls on one stream never interleave on the one workspace
  * (a finisher would poll records another call's finisher put back to
- * "empty": a hang). */
-typedef struct {
+ * "empty": a hang).
+ *
+ * The entries form a list that grows with the streams a process calls on
+ * and shrinks again: CUDA cannot tell that a stream was destroyed, so each
+ * call records the entry's event after its launches, and once more than
+ * KVC_CUDA_STREAMS_KEPT entries exist, a new stream's first call frees the
+ * least recently used entries whose work is done (event complete, no call in
+ * flight).  An entry used under a stream capture is never freed: a graph
+ * captured there may replay on its workspace at any time. */
+typedef struct device_ws {
+    struct device_ws *next;
     int dev;
     cudaStream_t stream;
     pthread_t thread;
@@ -160,28 +170,88 @@ typedef struct {
     void *buf;
     size_t gen_cap;   /* bytes after the status word for the other kernels' tickets and chunk states */
     size_t slice_cap; /* bytes of the slice area after those: every word EMPTY (all bits set) between calls */
+    void **old;       /* buffers the workspace outgrew (a graph may still use them), freed with the entry */
+    int nold;
+    int users;        /* calls in flight (g_ws_lock) */
+    int captured;     /* used under a stream capture: kept for good */
+    cudaEvent_t done; /* recorded after each call's last launch (NULL before the first) */
+    unsigned long long last_use;
 } device_ws;
 
-#define KVC_CUDA_MAX_STREAMS 1024
 static pthread_mutex_t g_ws_lock = PTHREAD_MUTEX_INITIALIZER;
-static device_ws g_ws[KVC_CUDA_MAX_STREAMS];
+static device_ws *g_ws;
 static int g_nws;
+static unsigned long long g_ws_clock;
 
-/* The entry of (dev, stream), created if `create`; NULL if none.  Caller holds g_ws_lock. */
-static device_ws *ws_find(int dev, cudaStream_t stream, int create) {
+static void ws_free(device_ws *w) {
+    int prev = -1;
+    if (cudaGetDevice(&prev) == cudaSuccess && prev != w->dev) cudaSetDevice(w->dev);
+    if (w->buf) cudaFree(w->buf);
+    for (int i = 0; i < w->nold; i++) cudaFree(w->old[i]);
+    if (w->done) cudaEventDestroy(w->done);
+    if (prev >= 0 && prev != w->dev) cudaSetDevice(prev);
+    cudaGetLastError();
+    free(w->old);
+    pthread_mutex_destroy(&w->call);
+    free(w);
+}
+
+/* Free the least recently used idle entries while more than
+ * KVC_CUDA_STREAMS_KEPT exist.  Caller holds g_ws_lock. */
+static void ws_sweep_locked(void) {
+    while (g_nws > KVC_CUDA_STREAMS_KEPT) {
+        device_ws **victim = NULL;
+        for (device_ws **pw = &g_ws; *pw; pw = &(*pw)->next) {
+            device_ws *w = *pw;
+            if (w->users || w->captured || (victim && (*victim)->last_use <= w->last_use)) continue;
+            if (w->done) {
+                const cudaError_t q = cudaEventQuery(w->done);
+                if (q != cudaSuccess) {
+                    cudaGetLastError();
+                    continue;
+                }
+            }
+            victim = pw;
+        }
+        if (!victim) return;
+        device_ws *w = *victim;
+        *victim = w->next;
+        g_nws--;
+        ws_free(w);
+    }
+}
+
+/* The entry of (dev, stream), created if `create`, with one more call in
+ * flight on it (ws_release() after the call's last launch); NULL if none.
+ * Caller holds g_ws_lock. */
+static device_ws *ws_acquire_locked(int dev, cudaStream_t stream, int create) {
     const int per_thread = stream == cudaStreamPerThread;
     const pthread_t self = pthread_self();
-    for (int i = 0; i < g_nws; i++)
-        if (g_ws[i].dev == dev && g_ws[i].stream == stream && (!per_thread || pthread_equal(g_ws[i].thread, self)))
-            return &g_ws[i];
-    if (!create || g_nws == KVC_CUDA_MAX_STREAMS) return NULL;
-    device_ws *w = &g_ws[g_nws++];
-    memset(w, 0, sizeof *w);
-    pthread_mutex_init(&w->call, NULL);
-    w->dev = dev;
-    w->stream = stream;
-    w->thread = self;
+    device_ws *w = g_ws;
+    while (w && !(w->dev == dev && w->stream == stream && (!per_thread || pthread_equal(w->thread, self)))) w = w->next;
+    if (!w && create) {
+        ws_sweep_locked();
+        w = (device_ws *)calloc(1, sizeof *w);
+        if (!w) return NULL;
+        pthread_mutex_init(&w->call, NULL);
+        w->dev = dev;
+        w->stream = stream;
+        w->thread = self;
+        w->next = g_ws;
+        g_ws = w;
+        g_nws++;
+    }
+    if (w) {
+        w->users++;
+        w->last_use = ++g_ws_clock;
+    }
     return w;
+}
+
+static void ws_release(device_ws *w) {
+    pthread_mutex_lock(&g_ws_lock);
+    w->users--;
+    pthread_mutex_unlock(&g_ws_lock);
 }
 
 static kvc_status cuda_fail(cudaError_t e, const char *what) {
@@ -240,6 +310,67 @@ static int device_of(const void *p) {
 
 static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *rep, int dev);
 
+/* The driver's cuMemGetAddressRange (base and size of the allocation that
+ * holds an address), looked up once; NULL where the driver lacks it. */
+typedef int (*mem_range_fn)(unsigned long long *base, size_t *size, unsigned long long ptr);
+static mem_range_fn mem_range(void) {
+    static mem_range_fn fn;
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, [] {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (mem_range_fn)p;
+        cudaGetLastError();
+    });
+    return fn;
+}
+
+/* Bytes of p's allocation from p on (device or managed memory), or -1 where it cannot be told. */
+static long long bytes_from(const void *p) {
+    mem_range_fn fn = mem_range();
+    unsigned long long base = 0;
+    size_t size = 0;
+    if (!fn || fn(&base, &size, (unsigned long long)(uintptr_t)p) != 0) {
+        cudaGetLastError();
+        return -1;
+    }
+    return (long long)(base + size - (unsigned long long)(uintptr_t)p);
+}
+
+/* What the call writes and reads lies inside the tensors' allocations (a
+ * kv_cache allocation shorter than its sizes and strides would take stray
+ * writes), and the caller's status word is device memory of dev, whole,
+ * apart from every tensor. */
+static kvc_status check_device_memory(const kvc_args *a, const kvc_exec *e, const void *const ptrs[KVC_TENSORS],
+                                      const int where[KVC_TENSORS], int dev) {
+    int64_t need[KVC_TENSORS];
+    kvc_status st = kvc_tensor_bytes(a, need);
+    if (st != KVC_OK) return st;
+    for (int i = 0; i < KVC_TENSORS && a->num_outputs > 0; i++) {
+        if (where[i] < 0) continue;
+        const long long have = bytes_from(ptrs[i]);
+        if (have >= 0 && have < need[i])
+            return kvc_fail(KVC_ERROR_BAD_SHAPE, "%s: its CUDA allocation holds %lld bytes from %p; its sizes and "
+                            "strides reach %lld", kvc_tensor_names[i], have, ptrs[i], (long long)need[i]);
+    }
+    const void *s = e->device_status;
+    if (!s) return KVC_OK;
+    if (device_of(s) != dev)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->device_status at %p is not memory of CUDA device %d", s, dev);
+    const long long have = bytes_from(s);
+    if (have >= 0 && have < (long long)sizeof(kvc_device_status))
+        return kvc_fail(KVC_ERROR_BAD_SHAPE, "exec->device_status: its CUDA allocation holds %lld bytes from %p, the "
+                        "status word needs %zu", have, s, sizeof(kvc_device_status));
+    const uintptr_t lo = (uintptr_t)s, hi = lo + sizeof(kvc_device_status);
+    for (int i = 0; i < KVC_TENSORS && a->num_outputs > 0; i++)
+        if (ptrs[i] && lo < (uintptr_t)ptrs[i] + (uint64_t)need[i] && (uintptr_t)ptrs[i] < hi)
+            return kvc_fail(KVC_ERROR_ALIASING, "exec->device_status and %s share memory: the status word would "
+                            "overwrite it", kvc_tensor_names[i]);
+    return KVC_OK;
+}
+
 /* The call runs on exec->device, or (-1) on the device that holds the
  * tensors; every tensor in device memory must be on that device.  The
  * calling thread's current device is restored afterwards. */
@@ -264,8 +395,10 @@ static kvc_status cuda_compress(const kvc_args *a, const kvc_exec *e, kvc_report
                         kvc_tensor_names[i], where[i], kvc_tensor_names[first], dev);
     }
     if (dev >= 64) return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "CUDA device %d >= 64", dev);
+    kvc_status st = check_device_memory(a, e, ptrs, where, dev);
+    if (st != KVC_OK) return st;
     if (dev != prev && (err = cudaSetDevice(dev)) != cudaSuccess) return cuda_fail(err, "cudaSetDevice(exec->device)");
-    const kvc_status st = compress_on(a, e, rep, dev);
+    st = compress_on(a, e, rep, dev);
     if (dev != prev) cudaSetDevice(prev);
     return st;
 }
@@ -340,16 +473,27 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         gen_need = tk_bytes + (P.pl.nchunk > 1 ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0);
     }
     pthread_mutex_lock(&g_ws_lock);
-    device_ws *ws = ws_find(dev, stream, 1);
+    device_ws *ws = ws_acquire_locked(dev, stream, 1);
     pthread_mutex_unlock(&g_ws_lock);
-    if (!ws)
-        return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CUDA: workspaces for more than %d (device, stream) pairs",
-                        KVC_CUDA_MAX_STREAMS);
-    struct call_lock { /* ws->call, released on every return below */
-        pthread_mutex_t *m;
-        ~call_lock() { pthread_mutex_unlock(m); }
-    } held = {&ws->call};
-    pthread_mutex_lock(held.m);
+    if (!ws) return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CUDA: no host memory for a stream's workspace entry");
+    struct call_lock { /* ws->call and the entry, released on every return below, after the call's event */
+        device_ws *w;
+        cudaStream_t s;
+        ~call_lock() {
+            if (!w->captured && (w->done || cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming) == cudaSuccess))
+                cudaEventRecord(w->done, s);
+            cudaGetLastError();
+            pthread_mutex_unlock(&w->call);
+            ws_release(w);
+        }
+    } held = {ws, stream};
+    pthread_mutex_lock(&ws->call);
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) {
+        cudaGetLastError();
+        capturing = cudaStreamCaptureStatusActive;
+    }
+    if (capturing != cudaStreamCaptureStatusNone) ws->captured = 1;
     if (!ws->buf || ws->gen_cap < gen_need || ws->slice_cap < slice_need) {
         /* A workspace only grows, and the old buffer is kept: a CUDA graph
          * captured earlier may still use it.  Doubling bounds the total at
@@ -357,11 +501,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
          * may be inside one, e.g. torch.cuda.graph's own stream) the
          * allocation and the slice area's EMPTY fill are made in relaxed
          * capture mode on a stream of their own: they are not captured. */
-        cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess) {
-            cudaGetLastError();
-            cap = cudaStreamCaptureStatusActive;
-        }
+        const cudaStreamCaptureStatus cap = capturing;
         cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
         if (cap != cudaStreamCaptureStatusNone) cudaThreadExchangeStreamCaptureMode(&mode);
         const size_t gen = ws_grow(ws->gen_cap, gen_need), sl = ws_grow(ws->slice_cap, slice_need);
@@ -381,6 +521,15 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
             if (nb) cudaFree(nb);
             return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CUDA workspace of %zu bytes: %s", st_bytes + gen + sl,
                             cudaGetErrorString(err));
+        }
+        if (ws->buf) {
+            void **grown = (void **)realloc(ws->old, sizeof(void *) * (size_t)(ws->nold + 1));
+            if (!grown) {
+                cudaFree(nb);
+                return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CUDA: no host memory for the workspace's list");
+            }
+            ws->old = grown;
+            ws->old[ws->nold++] = ws->buf;
         }
         ws->buf = nb;
         ws->gen_cap = gen;
@@ -465,9 +614,10 @@ static kvc_status cuda_read_status(const kvc_exec *e, kvc_device_status *out) {
     if (dev >= 64) return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "CUDA device %d >= 64", dev);
     cudaStream_t stream = e ? (cudaStream_t)e->stream : 0;
     const void *src = e && e->device_status ? (const void *)e->device_status : NULL;
+    device_ws *w = NULL;
     if (!src) {
         pthread_mutex_lock(&g_ws_lock);
-        device_ws *w = ws_find(dev, stream, 0);
+        w = ws_acquire_locked(dev, stream, 0);
         pthread_mutex_unlock(&g_ws_lock);
         if (w) { /* (buf changes under the call lock) */
             pthread_mutex_lock(&w->call);
@@ -476,13 +626,14 @@ static kvc_status cuda_read_status(const kvc_exec *e, kvc_device_status *out) {
         }
     }
     if (!src) {
+        if (w) ws_release(w);
         memset(out, 0, sizeof *out);
         return KVC_OK;
     }
-    if ((err = cudaMemcpyAsync(out, src, sizeof *out, cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
-        return cuda_fail(err, "cudaMemcpyAsync(status)");
-    if ((err = cudaStreamSynchronize(stream)) != cudaSuccess) return cuda_fail(err, "cudaStreamSynchronize");
-    return KVC_OK;
+    err = cudaMemcpyAsync(out, src, sizeof *out, cudaMemcpyDeviceToHost, stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    if (w) ws_release(w);
+    return err == cudaSuccess ? KVC_OK : cuda_fail(err, "reading the status word");
 }
 
 extern "C" const kvc_backend_ops kvc_backend_cuda = {KVC_BACKEND_CUDA, "cuda", cuda_available, cuda_owns,

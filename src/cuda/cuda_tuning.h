@@ -28,4 +28,7 @@
  * three of 28 or two of 42) */
 #define SMALL_K 96
 
+/* stream workspaces kept before idle ones are freed (least recently used first) */
+#define KVC_CUDA_STREAMS_KEPT 64
+
 #endif
