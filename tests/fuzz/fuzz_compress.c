@@ -220,6 +220,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CPU;
     ex.num_threads = 1 + (int)take(&r, 3);
+    /* a caller's status word (a GPU backend's): the CPU backend neither
+     * reads nor writes it, wherever it points -- a word of its own, a
+     * 4-byte buffer, or into the kv cache or the state */
+    uint8_t tiny_status[4] = {0xC3, 0xC3, 0xC3, 0xC3};
+    switch (take(&r, 5)) {
+    case 1: ex.device_status = (kvc_device_status *)(void *)tiny_status; break;
+    case 2: ex.device_status = (kvc_device_status *)(void *)kv; break;
+    case 3: ex.device_status = (kvc_device_status *)(void *)state; break;
+    default: break;
+    }
     static int registered;
     if (!registered && getenv("KVC_FUZZ_STATS")) {
         registered = 1;
@@ -238,6 +248,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!huge && st == KVC_ERROR_ALIASING && !meets) fail("aliasing refused where no input byte lies in a slot");
     if (meets && (st == KVC_OK || st == KVC_ERROR_INDEX_OUT_OF_RANGE || st == KVC_ERROR_DUPLICATE_SLOT))
         fail("kv_cache overlapping an input was not refused as aliasing");
+    if (tiny_status[0] != 0xC3 || tiny_status[3] != 0xC3) fail("the CPU backend wrote exec->device_status");
     st == KVC_OK ? g_ok++ : g_err++;
     g_by_status[(unsigned)st & 15]++;
     if (st != KVC_OK) {
