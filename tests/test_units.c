@@ -12,7 +12,7 @@
 
 #include "kvc_canon.h"
 #include "kvc_check.h"
-#include "kvc_backend.h" /* kvc_cpu_exp16_mismatches, kvc_cpu_force_isa */
+#include "cpu_testing.h" /* the CPU backend's test entry points (test build of the library) */
 #include "kvc_kit.h"
 #include "kvcompress_rand.h"
 #include "test_util.h"

@@ -1,5 +1,8 @@
-/* api.c -- argument defaults and dispatch through the backend table (kvc_backend.h). */
+/* api.c -- argument defaults, dispatch through the backend table (kvc_backend.h), the default thread count. */
+#define _DEFAULT_SOURCE /* sysconf's _SC_NPROCESSORS_ONLN */
+#include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvc_backend.h"
 #include "kvcompress_cuda.h"
@@ -11,6 +14,19 @@ void kvc_args_init(kvc_args *args) {
     args->state_width = 1024;
     args->kv_block_size = 64;
     args->rms_norm_eps = 1e-6f;
+}
+
+/* The online processor count, read once: sysconf reads it from sysfs, ~8 us
+ * a call here, which a small call would pay every time. */
+static int g_default_threads;
+static pthread_once_t g_threads_once = PTHREAD_ONCE_INIT;
+static void init_default_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    g_default_threads = n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
+}
+int kvc_cpu_default_threads(void) {
+    pthread_once(&g_threads_once, init_default_threads);
+    return g_default_threads;
 }
 
 void kvc_exec_init(kvc_exec *exec) {

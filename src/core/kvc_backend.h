@@ -31,31 +31,10 @@ typedef struct kvc_backend_ops {
     int handles;
 } kvc_backend_ops;
 
-/* The CPU backend's AVX-512F exp (cpu_backend.c) against kvc_exp on every
- * stride-th non-positive float (and -Inf, NaNs, +0): @return the number of
- * differing results, -1 where the CPU has no AVX-512F (tests/test_units.c). */
-KVC_HIDDEN int64_t kvc_cpu_exp16_mismatches(uint32_t stride);
-/* The CPU backend's AVX-512F finaliser (cpu_finalize.c) against
- * kvc_finalize_slot on `trials` random inputs from `seed` (both formats and
- * cos/sin layouts, NaN / Inf / zero windows, overflowing and vanishing
- * sums): @return the number whose bytes differ, -1 without AVX-512F. */
-KVC_HIDDEN int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed);
-/* The CPU backend's forms of the segment loop and finaliser, so that the
- * tests check each on a machine that has the widest (tests/test_units.c):
- * KVC_CPU_ISA_AUTO (the widest the CPU has), KVC_CPU_ISA_PORTABLE (the
- * portable loop and finaliser), KVC_CPU_ISA_AVX2 (what a CPU with AVX2 and
- * FMA but no AVX-512F runs).  Set it only while no call runs. */
-enum { KVC_CPU_ISA_AUTO = 0, KVC_CPU_ISA_PORTABLE = 1, KVC_CPU_ISA_AVX2 = 2 };
-KVC_HIDDEN void kvc_cpu_force_isa(int isa);
-/* 1 where the CPU has AVX2 and FMA (its AVX2 loop can run). */
-KVC_HIDDEN int kvc_cpu_has_avx2(void);
-/* The CPU backend's AVX2 exp (cpu_avx2.c) against kvc_exp, as
- * kvc_cpu_exp16_mismatches; -1 where the CPU has no AVX2 and FMA. */
-KVC_HIDDEN int64_t kvc_cpu_exp8_mismatches(uint32_t stride);
-
-/* Test hooks (CMake KVC_TEST_HOOKS, on in test builds only): environment
- * variables, set to 1, that make the tests reach kernels a call would not
- * take.  Without the hooks every one reads 0. */
+/* Test hooks: environment variables, set to 1, that make the tests reach
+ * kernels a call would not take.  Compiled only into the test build of the
+ * library (kvcompress_testing, KVC_TEST_HOOKS); in the library that is
+ * installed every one reads 0. */
 #ifdef KVC_TEST_HOOKS
 #include <stdlib.h>
 #include <string.h>

@@ -15,7 +15,6 @@
  * segment's line into L2 between the exps.
  */
 #include "cpu_simd.h"
-#include "kvc_backend.h" /* kvc_cpu_exp8_mismatches, kvc_cpu_has_avx2 */
 
 #if KVC_CPU_AVX2
 #include <immintrin.h>
@@ -155,20 +154,11 @@ __attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(const float *c
     }
 }
 
-__attribute__((target("avx2,fma"))) static void exp8_batch(const float *x, float *y) {
+__attribute__((target("avx2,fma"))) void kvc_cpu_exp8_batch(const float *x, float *y) {
     _mm256_storeu_ps(y, exp8(_mm256_loadu_ps(x)));
-}
-
-int64_t kvc_cpu_exp8_mismatches(uint32_t stride) {
-    if (!kvc_cpu_has_avx2()) return -1;
-    return kvc_cpu_exp_mismatches(8, exp8_batch, stride);
 }
 
 int kvc_cpu_has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
 #else
-int64_t kvc_cpu_exp8_mismatches(uint32_t stride) {
-    (void)stride;
-    return -1;
-}
 int kvc_cpu_has_avx2(void) { return 0; }
 #endif

@@ -85,7 +85,12 @@ static int g_avx512; /* seg_reduce8_avx512 runs here */
 #if KVC_CPU_AVX2
 static int g_avx2; /* kvc_cpu_seg_reduce8_avx2 runs here (without AVX-512F) */
 #endif
-static int g_force; /* kvc_cpu_force_isa */
+#ifdef KVC_TEST_HOOKS
+static int g_force; /* kvc_cpu_force_isa (test builds) */
+void kvc_cpu_force_isa(int isa) { g_force = isa; }
+#else
+static const int g_force = KVC_CPU_ISA_AUTO;
+#endif
 static void init_masked(void) {
     for (int d = 0; d < D; d++) g_masked_s[d] = -INFINITY;
 #if KVC_CPU_AVX512
@@ -94,19 +99,6 @@ static void init_masked(void) {
 #if KVC_CPU_AVX2
     g_avx2 = kvc_cpu_has_avx2();
 #endif
-}
-
-/* The online processor count, read once: sysconf reads it from sysfs, ~8 us
- * a call here, which a small call would pay every time. */
-static int g_default_threads;
-static pthread_once_t g_threads_once = PTHREAD_ONCE_INIT;
-static void init_default_threads(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    g_default_threads = n < 1 ? 1 : (n > 1024 ? 1024 : (int)n);
-}
-int kvc_cpu_default_threads(void) {
-    pthread_once(&g_threads_once, init_default_threads);
-    return g_default_threads;
 }
 
 /* Row kernels: restrict parameters tell the compiler the rows never alias
@@ -318,44 +310,10 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
     }
 }
 
-__attribute__((target("avx512f"))) static void exp16_batch(const float *x, float *y) {
+__attribute__((target("avx512f"))) void kvc_cpu_exp16_batch(const float *x, float *y) {
     _mm512_storeu_ps(y, exp16(_mm512_loadu_ps(x)));
 }
-
-int64_t kvc_cpu_exp16_mismatches(uint32_t stride) {
-    if (!__builtin_cpu_supports("avx512f")) return -1;
-    return kvc_cpu_exp_mismatches(16, exp16_batch, stride);
-}
-#else
-int64_t kvc_cpu_exp16_mismatches(uint32_t stride) {
-    (void)stride;
-    return -1;
-}
 #endif
-
-/* batch (lanes <= 16 arguments at a time) against kvc_exp: x = -0 .. -Inf
- * and the negative NaNs at the stride, then +0 and a positive NaN; the
- * number that differ (any NaN equals any NaN: the contract observes only
- * "is NaN"). */
-int64_t kvc_cpu_exp_mismatches(int lanes, void (*batch)(const float *x, float *y), uint32_t stride) {
-    if (stride == 0 || lanes < 1 || lanes > 16) return -1;
-    int64_t bad = 0;
-    float x[16], y[16];
-    for (uint64_t b0 = 0x80000000u;; b0 += (uint64_t)lanes * stride) {
-        const int last = b0 > 0xFFFFFFFFu;
-        for (int i = 0; i < lanes; i++) {
-            const uint64_t b = b0 + (uint64_t)i * stride;
-            const uint32_t bits = last ? (i & 1 ? 0x7FC00001u : 0u) : b <= 0xFFFFFFFFu ? (uint32_t)b : 0x80000000u;
-            memcpy(&x[i], &bits, 4);
-        }
-        batch(x, y);
-        for (int i = 0; i < lanes; i++) {
-            const float e = kvc_exp(x[i]);
-            if (memcmp(&e, &y[i], 4) != 0 && !(e != e && y[i] != y[i])) bad++;
-        }
-        if (last) return bad;
-    }
-}
 
 /* A = merge(A, B), all dimensions. */
 KVC_CLONES
@@ -593,8 +551,6 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     }
     return KVC_OK;
 }
-
-void kvc_cpu_force_isa(int isa) { g_force = isa; }
 
 static int cpu_available(void) { return 1; }
 

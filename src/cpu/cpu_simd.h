@@ -67,10 +67,18 @@ static inline int kvc_cpu_rows_head(const float *const *sr, const float *const *
     return off % 4 ? 0 : (int)((uintptr_t)bytes - off) / 4 % (bytes / 4);
 }
 
-/** A vector exp (batch: `lanes` <= 16 arguments x to results y) against
- * kvc_exp on every stride-th non-positive float, -Inf, the negative NaNs,
- * +0 and a NaN: @return the number that differ, -1 for a bad argument. */
-KVC_HIDDEN int64_t kvc_cpu_exp_mismatches(int lanes, void (*batch)(const float *x, float *y), uint32_t stride);
+/* The forms of the segment loop and finaliser a call takes: the widest the
+ * CPU has (AUTO); the test builds can force the others (cpu_testing.h). */
+enum { KVC_CPU_ISA_AUTO = 0, KVC_CPU_ISA_PORTABLE = 1, KVC_CPU_ISA_AVX2 = 2 };
+/* 1 where the CPU has AVX2 and FMA (the AVX2 loop can run). */
+KVC_HIDDEN int kvc_cpu_has_avx2(void);
+#if KVC_CPU_AVX512
+/* 16 / 8 arguments through the SIMD exps of the segment loops (the tests compare them with kvc_exp). */
+KVC_HIDDEN void kvc_cpu_exp16_batch(const float *x, float *y);
+#endif
+#if KVC_CPU_AVX2
+KVC_HIDDEN void kvc_cpu_exp8_batch(const float *x, float *y);
+#endif
 #if KVC_CPU_AVX2
 /**
  * A full segment (8 rows: score rows sr, value rows vr) reduced into st,

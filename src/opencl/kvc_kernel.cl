@@ -146,7 +146,7 @@ static st2 reduce_segments(const kvc_plan *pl, __global const float *state, __lo
  * `#pragma unroll` on a loop form, and with a recursive form -- while
  * the same source is exact through NVIDIA's compiler, and the loop form
  * (reduce_segments) is exact on both; so CPU devices keep the loop form.
- * To reproduce: KVC_OPENCL_BUILD_OPTIONS=-DKVC_CL_STRAIGHT=1 on PoCL.
+ * To reproduce: build with -DKVC_CL_STRAIGHT=1 on PoCL (the test build of the library takes extra build options).
  */
 #ifndef KVC_CL_STRAIGHT
 #define KVC_CL_STRAIGHT 0

@@ -1,0 +1,101 @@
+/* cpu_testing.c -- cpu_testing.h: compiled into the test build of the library only. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu_testing.h"
+#include "kvcompress_rand.h"
+
+#if KVC_CPU_AVX512 || KVC_CPU_AVX2
+/* batch (lanes <= 16 arguments at a time) against kvc_exp: x = -0 .. -Inf
+ * and the negative NaNs at the stride, then +0 and a positive NaN; the
+ * number that differ (any NaN equals any NaN: the contract observes only
+ * "is NaN"). */
+static int64_t exp_mismatches(int lanes, void (*batch)(const float *x, float *y), uint32_t stride) {
+    if (stride == 0 || lanes < 1 || lanes > 16) return -1;
+    int64_t bad = 0;
+    float x[16], y[16];
+    for (uint64_t b0 = 0x80000000u;; b0 += (uint64_t)lanes * stride) {
+        const int last = b0 > 0xFFFFFFFFu;
+        for (int i = 0; i < lanes; i++) {
+            const uint64_t b = b0 + (uint64_t)i * stride;
+            const uint32_t bits = last ? (i & 1 ? 0x7FC00001u : 0u) : b <= 0xFFFFFFFFu ? (uint32_t)b : 0x80000000u;
+            memcpy(&x[i], &bits, 4);
+        }
+        batch(x, y);
+        for (int i = 0; i < lanes; i++) {
+            const float e = kvc_exp(x[i]);
+            if (memcmp(&e, &y[i], 4) != 0 && !(e != e && y[i] != y[i])) bad++;
+        }
+        if (last) return bad;
+    }
+}
+
+#endif
+
+int64_t kvc_cpu_exp16_mismatches(uint32_t stride) {
+#if KVC_CPU_AVX512
+    if (__builtin_cpu_supports("avx512f")) return exp_mismatches(16, kvc_cpu_exp16_batch, stride);
+#endif
+    (void)stride;
+    return -1;
+}
+
+int64_t kvc_cpu_exp8_mismatches(uint32_t stride) {
+#if KVC_CPU_AVX2
+    if (kvc_cpu_has_avx2()) return exp_mismatches(8, kvc_cpu_exp8_batch, stride);
+#endif
+    (void)stride;
+    return -1;
+}
+
+#if KVC_CPU_AVX512
+/* One random input of the comparison: c with entries of a random scale
+ * (2^-140 .. 2^100, so sums that overflow or vanish), some dims zero, one
+ * NaN / +-Inf now and then; weights of any finite bf16 exponent; cos/sin in
+ * [-1.5, 1.5]. */
+static uint64_t next_u64(uint64_t *s) { return kvc_rand_splitmix64((*s)++); }
+static float unit(uint64_t *s) { return (float)(next_u64(s) >> 40) * 0x1p-24f * 2.0f - 1.0f; }
+static void random_input(uint64_t *s, float c[512], uint16_t w[512], float cs[64]) {
+    const int scale = (int)(next_u64(s) % 241) - 140;
+    for (int d = 0; d < 512; d++) {
+        c[d] = ldexpf(unit(s), scale + (int)(next_u64(s) % 9) - 4);
+        if (next_u64(s) % 16 == 0) c[d] = 0.0f;
+    }
+    const uint64_t special = next_u64(s) % 8;
+    if (special == 0) c[next_u64(s) % 512] = NAN;
+    if (special == 1) c[next_u64(s) % 512] = (next_u64(s) & 1) ? INFINITY : -INFINITY;
+    if (special == 2) memset(c, 0, sizeof(float) * 512);
+    for (int d = 0; d < 512; d++) w[d] = (uint16_t)(next_u64(s) % 0x7F80u | (next_u64(s) & 0x8000u));
+    if (next_u64(s) & 1)
+        for (int d = 0; d < 512; d++) w[d] = (uint16_t)(0x3F80u + next_u64(s) % 0x100u); /* ~1: typical weights */
+    for (int j = 0; j < 64; j++) cs[j] = unit(s) * 1.5f;
+}
+
+int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed) {
+    if (!__builtin_cpu_supports("avx512f") || trials < 0) return -1;
+    int64_t bad = 0;
+    uint64_t s = seed;
+    for (int t = 0; t < trials; t++) {
+        float c[512], y[512], cs[64];
+        uint16_t w[512];
+        uint8_t p0[576], s0[8], p1[576], s1[8];
+        random_input(&s, c, w, cs);
+        const int interleaved = t & 1, fp8 = (t >> 1) & 1;
+        const float eps = (t >> 2) & 1 ? 0x1.0c6f7ap-20f : ldexpf(1.0f, -(int)(next_u64(&s) % 140));
+        memset(p0, 0xA5, sizeof p0);
+        memset(p1, 0x5A, sizeof p1);
+        memset(s0, 0xA5, sizeof s0);
+        memset(s1, 0x5A, sizeof s1);
+        const int r0 = kvc_finalize_slot(c, y, w, cs, interleaved, eps, fp8, p0, s0);
+        const int r1 = kvc_cpu_finalize_avx512(c, y, w, cs, interleaved, eps, fp8, p1, s1);
+        if (r0 != r1 || memcmp(p0, p1, sizeof p0) || memcmp(s0, s1, sizeof s0)) bad++;
+    }
+    return bad;
+}
+#else
+int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed) {
+    (void)trials;
+    (void)seed;
+    return -1;
+}
+#endif

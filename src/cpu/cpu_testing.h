@@ -1,0 +1,35 @@
+/*
+ * cpu_testing.h -- the CPU backend's test entry points (tests/test_units.c).
+ * They exist only in the test build of the library (kvcompress_testing,
+ * compiled with KVC_TEST_HOOKS): the installed library has none of them.
+ */
+#ifndef KVC_CPU_TESTING_H
+#define KVC_CPU_TESTING_H
+
+#include <stdint.h>
+
+#include "cpu_simd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The segment loop's and finaliser's forms a call takes: KVC_CPU_ISA_AUTO
+ * (the widest the CPU has), _PORTABLE or _AVX2 (what a CPU with AVX2 and
+ * FMA but no AVX-512F runs).  Set it only while no call runs. */
+KVC_HIDDEN void kvc_cpu_force_isa(int isa);
+/* The AVX-512F / AVX2 exp of the segment loops against kvc_exp on every
+ * stride-th non-positive float (and -Inf, NaNs, +0): @return the number of
+ * differing results, -1 where the CPU lacks the instructions. */
+KVC_HIDDEN int64_t kvc_cpu_exp16_mismatches(uint32_t stride);
+KVC_HIDDEN int64_t kvc_cpu_exp8_mismatches(uint32_t stride);
+/* The AVX-512F finaliser against kvc_finalize_slot on `trials` random inputs
+ * from `seed` (both formats and cos/sin layouts, NaN / Inf / zero windows,
+ * overflowing and vanishing sums): @return the number whose bytes differ,
+ * -1 without AVX-512F. */
+KVC_HIDDEN int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
