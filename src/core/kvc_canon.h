@@ -118,7 +118,7 @@ KVC_FN int kvc_nonfinite(float f) {
  * non-positive arguments are compared with SPEC 3's unfused kexp on the GPU
  * (tests/test_cuda_exp.cu) and on the CPU (test cpu_exp_all: the AVX-512F
  * form, cpu_backend.c).  (Fusing the k ln2_lo step the same way is NOT
- * exact: it changes 46 of the 2^31 results, bench/NOTES.md.)
+ * exact: it changes 46 of the 2^31 results.)
  */
 #if defined(__CUDA_ARCH__)
 #define KVC_SUB_K_LN2_HI(x, k) __fmaf_rn((k), -KVC_LN2_HI, (x))

@@ -353,6 +353,25 @@ KVC_FN int kvc_slice_clamps_ok(const kvc_args *a) {
     return a->num_tokens >= 1 && a->num_reqs >= 1 && a->num_blocks >= 1 &&
            a->blocks_per_req <= INT64_MAX / a->block_size && a->blocks_per_req * a->block_size >= a->compress_ratio;
 }
+
+/**
+ * The GPU backends' choice of the slice kernels (CUDA cuda_slice.cuh,
+ * OpenCL kvc_slice.cl), made once here for both: windows of 16, 32 or 64
+ * full segments (C = 128, 256, 512) without overlap, rows of 8-byte loads
+ * (state_aligned8: the state starts on 8 bytes; even strides), at most
+ * 2^31 / 64 outputs (the kernels' 32-bit group index: 8 slices x up to 4
+ * chunks x 2 per output), and the prologue's clamps hold.  On success
+ * pl->nchunk is the 16-segment chunks per window (1, 2 or 4).
+ */
+KVC_FN int kvc_plan_slice(const kvc_args *a, kvc_plan *pl, int state_aligned8) {
+    const kvc_i64 n = pl->nseg;
+    if (!(a->overlap == KVC_OVERLAP_OFF && pl->small_k == 0 && pl->rows == n * KVC_SEG &&
+          (n == 16 || n == 32 || n == 64) && state_aligned8 && a->state_stride_block % 2 == 0 &&
+          a->state_stride_token % 2 == 0 && a->num_outputs <= 0x7FFFFFFFLL / 64 && kvc_slice_clamps_ok(a)))
+        return 0;
+    pl->nchunk = n / 16;
+    return 1;
+}
 #endif
 
 #endif /* KVC_CHECK_H */

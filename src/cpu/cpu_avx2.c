@@ -145,7 +145,7 @@ __attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(const float *c
     }
     /* the aligned vectors [h, end); per 16 dims the first issues the
      * block's prefetches (line 0's also after the split step's: dropping
-     * those measured no better, bench/NOTES.md) */
+     * those measured no better) */
     const int end = h ? D - 8 + h : D;
     for (int b = h; b + 8 <= end; b += 16) {
         const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b};

@@ -62,7 +62,7 @@ typedef struct {
  * consecutive ones, since neighbouring windows share pages (a C4 window's
  * first half-rows are the other halves of its neighbour's last tokens'
  * rows), which one core then reaches twice in a row instead of two cores
- * once each (bench/NOTES.md c61).  A run is a quarter of the thread's share
+ * once each.  A run is a quarter of the thread's share
  * of what is left, at most KVC_CPU_RUN and at least 1, so that the call's
  * last outputs still spread over the threads. */
 static long long take(cpu_job *job, take_state *ts) {
@@ -198,8 +198,7 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 exp16(__m
  * scores and values of these dims; the segment's m, den, num out.  The
  * block's prefetches (pf; NULL: none) go out a row's at a time, the L1
  * ones between the maxes and the L2 ones between the exps: all 32 at the
- * block's start held the core's line fill buffers and stalled it
- * (bench/NOTES.md c48). */
+ * block's start held the core's line fill buffers and stalled it. */
 __attribute__((target("avx512f"), always_inline)) static inline void seg16(const __m512 *sv, const __m512 *vv,
                                                                          const kvc_cpu_block_pf *pf, __m512 *om,
                                                                          __m512 *oden, __m512 *onum) {
@@ -325,8 +324,8 @@ static void state_merge(seg_state *restrict A, const seg_state *restrict B) {
  * states of `left`, nearest first -- left[j] = merge(left[j], left[j - 1]),
  * left[-1] being st: the merges KVC_TREE_PUSH makes for it -- so the result
  * is in left[k - 1] (st if k = 0).  With AVX-512F a full segment merges
- * block by block inside its loop, while the next segment streams in
- * (bench/NOTES.md c44); elsewhere the merges follow the loop (gcc's
+ * block by block inside its loop, while the next segment streams in;
+ * elsewhere the merges follow the loop (gcc's
  * vectorisation of the portable loop did not survive them inside). */
 KVC_CLONES
 static void seg_reduce(const float *const *vrow, const float *const *srow, int n, const float *const *pfs,
@@ -495,7 +494,7 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     int nthreads = e->num_threads > 0 ? e->num_threads : kvc_cpu_default_threads();
     if (nthreads > a->num_outputs) nthreads = a->num_outputs > 0 ? (int)a->num_outputs : 1;
     /* num_threads = 0: at most a thread per 2 MiB of rows, since starting
-     * one costs about what reducing that much does (bench/NOTES.md c47) */
+     * one costs about what reducing that much does */
     const double kBytesPerThread = 2.0 * 1024 * 1024;
     const double bytes = (double)a->num_outputs * (double)rows * 4096.0;
     if (e->num_threads == 0 && bytes < (double)nthreads * kBytesPerThread)

@@ -45,12 +45,6 @@
  * whose only reduction body is KF full segments per lane, or the generic
  * compress_kernel<0>), the chunk size (~one wave of CTAs), and the dims per
  * thread (1 for 16-segment chunks in <= 2 waves, else 2).
- *
- * bench/NOTES.md records every version with its prediction and measurement,
- * including the experiments that were removed (a cp.async / TMA ring kernel:
- * commit d61d9d4; the per-warp TMA ring kernel, after session 16 slower
- * than the slice kernels or within 1% of them at every size: commit
- * 44b5df8).
  */
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -419,25 +413,20 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     /* chunk size ~ total segments / CHDIV: at most one wave of CTAs (at 2
      * per SM) where the window allows, so that a CTA's prologue and merge are
      * spread over long chunks (fewer, longer CTAs won wherever the grid had
-     * partial waves: bench/NOTES.md), but chunks of >= 4 segments,
-     * <= MAX_CH = 16 (2 lanes x 8), and <= KVC_CUDA_MAXCHUNKS = 8 chunks per
+     * partial waves), but chunks of >= 4 segments,
+     * <= KVC_CUDA_MAX_CH = 16 (2 lanes x 8), and <= KVC_CUDA_MAXCHUNKS = 8 chunks per
      * output (the last CTA's merge is the parallel, load-all-first one).
      * One-segment windows: always the one-segment kernel, K outputs per CTA
      * for whole waves of SMALL_MINB CTAs per SM. */
-    const kvc_plan_policy pol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, MAX_CH,
+    const kvc_plan_policy pol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, KVC_CUDA_MAX_CH,
                                  (long long)ks::kSmallMinb * sm_count(dev), ks::kSmallK, 0};
     kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &P.pl);
     const long long nseg = P.pl.nseg;
     /* the slice kernels (cuda_slice.cuh): every call of 16, 32 or 64 full
      * segments (C = 128, 256, 512) without overlap, 8-byte rows (faster than
-     * the chunked kernel at every such size, bench/NOTES.md,
-     * sessions 15 and 16). */
-    const int slice = a->overlap == KVC_OVERLAP_OFF && P.pl.rows == nseg * KVC_SEG &&
-                      (nseg == 16 || nseg == 32 || nseg == 64) && (uintptr_t)a->state_cache % 8 == 0 &&
-                      a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0 && nout <= 0x7FFFFFFFLL / 64 &&
-                      kvc_slice_clamps_ok(a); /* slice_window's clamps */
-    if (slice) {
-        P.pl.nchunk = nseg / 16; /* C = 128: slice records; else chunk states [nout][nseg / 16][3][512] */
+     * the chunked kernel at every such size, measured). */
+    const int slice = kvc_plan_slice(a, &P.pl, (uintptr_t)a->state_cache % 8 == 0);
+    if (slice) { /* C = 128: slice records; else chunk states [nout][nseg / 16][3][512] */
         P.pl.vec = 1;
         P.bs_shift = (a->block_size & (a->block_size - 1)) == 0 ? __builtin_ctzll((unsigned long long)a->block_size) : -1;
     }
@@ -557,7 +546,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         /* one CTA per (output, 16-segment chunk, 64-dim slice) */
         const int nch = (int)(nseg / 16);
         const unsigned blocks = (unsigned)(nout * 8 * nch);
-        P.ahead = (long long)sm_count(dev) * SLICE_CTAS_PER_SM / (8 * nch);
+        P.ahead = (long long)sm_count(dev) * KVC_CUDA_SLICE_CTAS_PER_SM / (8 * nch);
         const int dense = a->state_stride_token == 1024; /* TS: the token stride at compile time */
         void (*slice_k)(const launch_params) =
             nch == 1 ? pick_slice<1>(fastnum, dense) : nch == 2 ? pick_slice<2>(fastnum, dense) : pick_slice<4>(fastnum, dense);

@@ -15,7 +15,7 @@
  */
 #define DG (512 / DPT)         /* threads per lane                         */
 #define MAX_LANES (DPT == 2 ? KVC_CUDA_LANES : 1) /* lanes per CTA          */
-#define MAX_CHUNK_ROWS (8 * MAX_CH)
+#define MAX_CHUNK_ROWS (8 * KVC_CUDA_MAX_CH)
 #define STACK_MAX 48           /* chunk-merge stack depth (any S < 2^47)   */
 #define BAD_BIT 0x80000000u
 #define TREE_MAX (DPT == 1 ? 16 : 8) /* chunk states one thread merges at once  */
@@ -192,7 +192,7 @@ __device__ __forceinline__ void seg_load_full(const launch_params &P, const RT *
  * register budget (mostly late in the segment), but the code between the
  * segments of a subtree is one basic block, so it can overlap each
  * segment's loads with arithmetic; the per-segment branch of the generic
- * path below prevented that (bench/NOTES.md).
+ * path below prevented that.
  */
 template <bool NEXT, bool SCORES_FROM_TABLE = false, class RT>
 __device__ __forceinline__ stv seg_compute_roll(const launch_params &P, const RT *rt, int lr_next, int q,
@@ -212,7 +212,7 @@ __device__ __forceinline__ stv subtree_full(const launch_params &P, const row_ta
         return seg_compute_roll<MORE>(P, rt, lr + KVC_SEG, q, x);
     } else {
         /* (parking A in shared memory instead of registers while B is
-         * reduced measured slower: bench/NOTES.md) */
+         * reduced measured slower) */
         stv A = subtree_full<KK / 2, true>(P, rt, lr, q, x);
         stv B = subtree_full<KK / 2, MORE>(P, rt, lr + (KK / 2) * KVC_SEG, q, x);
         st_merge(A, B);
@@ -224,8 +224,8 @@ __device__ __forceinline__ stv subtree_full(const launch_params &P, const row_ta
  * The generic path: a thread's complete subtree of kk (a power of two <=
  * 16) consecutive segments from segment sg (r0: the chunk's first row), any
  * rows (a partial last segment, masked overlap rows, unaligned rows).  One
- * unrolled body per kk; a runtime loop over segments measured slower
- * (bench/NOTES.md).  Subtrees of full, aligned segments without
+ * unrolled body per kk; a runtime loop over segments measured slower.
+ * Subtrees of full, aligned segments without
  * overlap take subtree_full instead (see subtree_rt).
  */
 template <int KK>
@@ -276,7 +276,7 @@ __device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_tabl
     case 2: return subtree<2>(P, rt, r0, sg, q);
     case 4: return subtree<4>(P, rt, r0, sg, q);
     case 8: return subtree<8>(P, rt, r0, sg, q);
-    default: return subtree<16>(P, rt, r0, sg, q); /* kk = csize / lanes <= MAX_CH */
+    default: return subtree<16>(P, rt, r0, sg, q); /* kk = csize / lanes <= KVC_CUDA_MAX_CH */
     }
 }
 
@@ -627,7 +627,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
  * Windows of one segment (C <= 8, or C <= 4 with overlap: DeepSeek-V4's C4
  * compressor): one output is only 8 rows, so a CTA per output spent its life
  * in the dependent-load chain of its prologue.  Here a CTA of DG threads
- * takes K = P.pl.small_k <= SMALL_K consecutive outputs: their index checks run
+ * takes K = P.pl.small_k <= KVC_CUDA_SMALL_K consecutive outputs: their index checks run
  * in parallel (thread k: output k), their 8 K row offsets are resolved in
  * parallel (one thread per row, each row's block checked), then the outputs
  * are reduced and finalised one after another, the next output's loads in
@@ -636,14 +636,14 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
 #define SMALL_MINB KVC_CUDA_SMALL_MINB
 
 struct small_rows {
-    long long voff[SMALL_K * KVC_SEG], soff[SMALL_K * KVC_SEG];
+    long long voff[KVC_CUDA_SMALL_K * KVC_SEG], soff[KVC_CUDA_SMALL_K * KVC_SEG];
 };
 
 __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const launch_params P) {
     __shared__ small_rows rt; /* rows of output k: 8k .. 8k+7           */
-    __shared__ kv_slot s_at[SMALL_K];
-    __shared__ long long s_pc[SMALL_K], s_r[SMALL_K], s_p[SMALL_K], s_badg[SMALL_K];
-    __shared__ int s_ok[SMALL_K], s_bad[SMALL_K], s_masked[SMALL_K];
+    __shared__ kv_slot s_at[KVC_CUDA_SMALL_K];
+    __shared__ long long s_pc[KVC_CUDA_SMALL_K], s_r[KVC_CUDA_SMALL_K], s_p[KVC_CUDA_SMALL_K], s_badg[KVC_CUDA_SMALL_K];
+    __shared__ int s_ok[KVC_CUDA_SMALL_K], s_bad[KVC_CUDA_SMALL_K], s_masked[KVC_CUDA_SMALL_K];
     __shared__ float cbufs[2][512 + 8]; /* c and the finaliser's scratch, alternating per output */
     const kvc_args &a = P.a;
     const int q = threadIdx.x;
@@ -664,7 +664,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     }
     __syncthreads();
     /* the row lookup written out here, not kvc_row_lookup: through the
-     * shared function this kernel measured slower (bench/NOTES.md) */
+     * shared function this kernel measured slower */
     const long long C = a.compress_ratio;
     const int rows = (int)P.pl.rows; /* <= 8 */
     for (int t = q; t < kn * KVC_SEG; t += DG) {
@@ -704,7 +704,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     /* 8 unmasked rows and 8-byte loads (all but a request's first windows):
      * straight-line loads, no per-row branches; the choice is per output,
      * the same for the whole CTA.  (Copying windows into shared memory with
-     * cp.async two outputs ahead measured slower: bench/NOTES.md.) */
+     * cp.async two outputs ahead measured slower.) */
     auto load = [&](int k, seg_data &x) {
         if (rows == KVC_SEG && P.pl.vec && !s_masked[k]) {
             seg_load_full<true>(P, &rt, k * KVC_SEG, q, x); /* overlap: score halves not at +512 */
@@ -750,7 +750,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
 /* what the host needs of this DPT */
 constexpr int kDG = DG, kMaxLanes = MAX_LANES, kTreeMax = TREE_MAX;
 #if DPT == 2
-constexpr int kSmallK = SMALL_K, kSmallMinb = SMALL_MINB, kSliceRec = SLICE_REC;
+constexpr int kSmallK = KVC_CUDA_SMALL_K, kSmallMinb = SMALL_MINB, kSliceRec = SLICE_REC;
 #undef SMALL_MINB
 #endif
 #undef DG

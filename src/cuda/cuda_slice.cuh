@@ -44,7 +44,7 @@
  * Shared memory (static): xs [8 warps][6][32] warp states, rows [8 warps]
  * slice_rows, wbad [8 warps]: 8 KiB; 4 CTAs per SM are limited by registers.
  */
-#define SLICE_CTAS_PER_SM 4 /* slice_kernel's CTAs resident per SM (its launch bounds) */
+#define KVC_CUDA_SLICE_CTAS_PER_SM 4 /* slice_kernel's CTAs resident per SM (its launch bounds) */
 #define SLICE_REC 520 /* floats of an output's slice record (C = 128): c[512], the 8 slices' RMS sums */
 #define SLICE_OK (-0x7FFFFFFFFFFFFFFFLL - 1) /* slice_bad: no bad block; a bad block g is stored as (uint32)g */
 #define SLICE_EMPTY 0xFFFFFFFFu         /* a slice-area float not written yet (a NaN no slice CTA stores) */
@@ -172,7 +172,7 @@ __device__ __forceinline__ void slice_prefetch_ahead(const launch_params &P, lon
 }
 
 template <int NCH, int TS>
-__global__ void __launch_bounds__(256, SLICE_CTAS_PER_SM) slice_kernel(const launch_params P) {
+__global__ void __launch_bounds__(256, KVC_CUDA_SLICE_CTAS_PER_SM) slice_kernel(const launch_params P) {
     __shared__ float xs[8][6][32];
     __shared__ slice_rows rows[8];
     __shared__ long long wbad[8];

@@ -36,7 +36,7 @@
 /* A row's dims 2q, 2q+1.  vload2 promises only 4-byte alignment, and
  * NVIDIA's compiler makes it two 4-byte loads; with every row 8-byte
  * aligned (pl.vec: buffers start aligned, both strides even) a float2
- * load is one 8-byte load (H200: bench/NOTES.md). */
+ * load is one 8-byte load (H200). */
 #define KVC_CL_LD2(p, q) (((__global const float2 *)(p))[q])
 
 typedef struct {
@@ -139,7 +139,7 @@ static st2 reduce_segments(const kvc_plan *pl, __global const float *state, __lo
  * full and whose rows are all present.  Everything below is unrolled by
  * hand (no private arrays indexed at run time: those live in memory), so one
  * segment's loads can overlap another's arithmetic (on the H200 much
- * faster than the loop form, bench/NOTES.md), exact on all golden cases.
+ * faster than the loop form), exact on all golden cases.
  *
  * KVC_CL_STRAIGHT (set by the host for GPU devices) enables it.  PoCL 3.1
  * (Debian 12, CI) computes wrong bytes with it -- with this form, with
@@ -178,8 +178,7 @@ static inline void sub_full_1(__global const float *state, __local const long *r
  * the next segment's 16 loads issued before the current one's arithmetic.
  * Faster on the H200 than the forms measured against it and removed (each
  * segment loading then computing; one buffer with row i of the next segment
- * loaded as soon as row i is consumed, the CUDA kernel's order):
- * bench/NOTES.md.
+ * loaded as soon as row i is consumed, the CUDA kernel's order).
  */
 typedef struct {
     float2 v[KVC_SEG], s[KVC_SEG];
@@ -266,7 +265,7 @@ static inline st2 block8_pipe(__global const float *state, __local const long *r
 /* A chunk of count full, present segments (a power of two, as every
  * chunk): blocks of 8 (single segments below 8) through the binary
  * counter.  (Two blocks of 8 inlined for count = 16 instead of the loop
- * were much slower: bench/NOTES.md.) */
+ * were much slower.) */
 static st2 reduce_full(__global const float *state, __local const long *rowoff, long sdelta, long count, int q) {
     st2 stack[KVC_CL_SEG_STACK];
     long sizes[KVC_CL_SEG_STACK];
@@ -312,7 +311,7 @@ static inline void fin_inputs(__global const ushort *w, __global const float *cs
  * before it left in local memory, so a barrier separates them.  What is
  * one value per output or per NOPE group (the RMS scale, the exponents) is
  * computed once, by the first warp's work-items, not by every work-item:
- * the one-segment kernel is issue-bound (bench/NOTES.md, o15-o17).
+ * the one-segment kernel is issue-bound (measured on the H200).
  * Local memory: t 256 floats, u 33 (u[32]: the RMS scale), fl
  * KVC_CL_FIN_FLAGS ints, 16-byte aligned: fl[0] = 1 where anything is
  * non-finite, fl[KVC_CL_AM(q)] work-item q's amax bits (q < 224; 36 ints
@@ -547,7 +546,7 @@ static void finish_output(int fin, __local float *c, __local float *t, __local f
 /* The 2-dims kernel.  Its row table and finalisation are written out
  * instead of calling fill_rows and finish_output: through all the helpers
  * the same code compiled to 153 registers instead of 128 on NVIDIA's driver
- * (one work-group per SM, much slower; bench/NOTES.md). */
+ * (one work-group per SM, much slower). */
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_kernel(KVC_CL_KERNEL_ARGS) {
     __local float c[512], t[256], u[256];
     __local int flags[KVC_CL_FIN_FLAGS] __attribute__((aligned(16)));

@@ -102,7 +102,7 @@ static int opencl_available(void) {
  * NVIDIA's OpenCL driver: occupancy directives and cache operators.
  *
  * The driver compiles OpenCL C to PTX and PTX to machine code, picking the
- * register count by itself; it ignores -cl-nv-maxrregcount=N (bench/NOTES.md).
+ * register count by itself; it ignores -cl-nv-maxrregcount=N.
  * Its program binary is the PTX text, which a program may be rebuilt from
  * (clCreateProgramWithBinary); the PTX directive `.minnctapersm N` on a
  * kernel's entry asks the PTX compiler for N resident work-groups per SM,
@@ -112,7 +112,7 @@ static int opencl_available(void) {
  * The same way the state loads of both kernels get the PTX cache operator
  * .cs (evict-first: "ld.global.cs"), as the CUDA kernel's __ldcs: a hint
  * only, same bytes.  On the H200 it made the 131k-token cases faster
- * (2-dims kernel); ".L2::256B" on top gained nothing (bench/NOTES.md).
+ * (2-dims kernel); ".L2::256B" on top gained nothing.
  *
  * The directives (opencl_tuning.h): the wide kernel at .minnctapersm 2, the
  * one-segment kernel at 3, the slice kernels at 4, the 2-dims kernel as
@@ -480,7 +480,7 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
      * window allows (several waves of shorter chunks were slower on the
      * H200).  One-segment windows: always kvc_compress_small, K outputs per
      * group, K <= KVC_OPENCL_SMALL_K, whole waves of KVC_OPENCL_SMALL_SLOTS
-     * groups per compute unit (bench/NOTES.md). */
+     * groups per compute unit. */
     const long long slots = (long long)KVC_OPENCL_SMALL_SLOTS * ent->units;
     const kvc_plan_policy pol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH, slots, KVC_OPENCL_SMALL_K,
                                  0};
@@ -491,19 +491,16 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     /* the slice kernels (kvc_slice.cl) for C = 128 / 256 / 512 without
      * overlap, 8-byte rows: one group per (output, 16-segment chunk, 64-dim
      * slice), then one finishing group per output */
-    const int slice = !pl.small_k && a->overlap == KVC_OVERLAP_OFF && pl.rows == pl.nseg * KVC_SEG &&
-                      (pl.nseg == 16 || pl.nseg == 32 || pl.nseg == 64) && pl.vec &&
-                      a->num_outputs <= 0x7FFFFFFFLL / (2 * 8 * 4) && kvc_slice_clamps_ok(a);
+    const int slice = kvc_plan_slice(a, &pl, 1); /* (buffers start aligned: offset 0) */
     if (slice) {
         pl.ch = 16;
-        pl.nchunk = pl.nseg / 16;
         pl.groups = a->num_outputs * 8 * pl.nchunk;
     }
 
     /* the 1-dim-per-work-item kernel (kvc_kernel.cl) for windows of full
      * segments without overlap on GPU devices: kvc_compress_wide (512
-     * work-items, 64 registers), faster on the H200 than the 2-dims kernel
-     * (bench/NOTES.md).  Test hook KVC_OPENCL_NO_WIDE=1: the 2-dims kernel
+     * work-items, 64 registers), faster on the H200 than the 2-dims kernel.
+     * Test hook KVC_OPENCL_NO_WIDE=1: the 2-dims kernel
      * (tests/test_opencl_paths.c reaches both under Oclgrind) */
     const int wide = !slice && !pl.small_k && pl.full && ent->wide && !kvc_test_hook("KVC_OPENCL_NO_WIDE");
     const int shared_states = !slice && pl.nchunk > 1;

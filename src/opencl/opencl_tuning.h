@@ -1,6 +1,6 @@
 /*
  * opencl_tuning.h -- the OpenCL backend's tuning constants, each the winner
- * of an A/B measurement on the H200 through NVIDIA's driver (bench/NOTES.md).
+ * of an A/B measurement on the H200 through NVIDIA's driver.
  */
 #ifndef KVC_OPENCL_TUNING_H
 #define KVC_OPENCL_TUNING_H
