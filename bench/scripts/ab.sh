@@ -1,6 +1,5 @@
 #!/bin/bash
-# ab.sh -- an A/B of library builds in one run (SPEC 6, bench/NOTES.md's
-# discipline): every case is timed with every build, round after round,
+# ab.sh -- an A/B of library builds in one run (the contract's section 6): every case is timed with every build, round after round,
 # builds interleaved, one `kvcompress bench` process per (round, case,
 # build), and the medians compared with the first build by ab_summary.py.
 #
@@ -10,7 +9,7 @@
 #   NAME=DIR   a build: DIR holds its libkvcompress.so.0 and goes first in
 #              LD_LIBRARY_PATH ("-": the library the CLI finds by itself);
 #              @VAR=VALUE sets an environment variable for that build only
-#              (e.g. A=-  B=/tmp/bB  C=/tmp/bB@KVC_OPENCL_BUILD_OPTIONS=-DX=1)
+#              (e.g. A=-  B=/tmp/bB  C=/tmp/bB@KVC_OPENCL_BUILD_LOG=1)
 #   -c CASE    a case spec of `kvcompress bench --cases` (one per -c)
 #   -r ROUNDS  rounds (default 2); -b BACKEND (default cuda); -n exact|fast
 #              (default exact; "exact,fast" runs both)

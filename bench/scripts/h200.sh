@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device-run driver (the H200 session machine): runs named steps with the
+# Device-run driver (a GPU machine): runs named steps with the
 # binaries of devbin/ (built here, carried there -- a build with
 # -DKVC_KIT_SHARED=ON keeps them small: the shared library in devbin/lib) and
 # writes every result under $OUT (more than 6 files: as $OUT/results.tgz).
@@ -9,7 +9,6 @@
 #   modes     FAST numerics (golden numerics=fast, test_cuda_fast) and two streams (test_cuda_streams;
 #             devbin/test_cuda_streams_old, if present, is the same test built on the previous library)
 #   xfloor    kvcompress bench with x_floor: headline exact and fast, engine exact and fast
-#   probe     bench/probe/read_probe (plain reads at the case sizes, both flushes)
 #   bench     kvcompress bench, headline, both layouts (default kernel)
 #   engine    the engine case set
 #   opencl    OpenCL golden + semantics + headline bench (NVIDIA's driver)
@@ -17,8 +16,6 @@
 #   oclopts   OpenCL: kernel variants by build options (OPTS='a;b'), golden + bench each
 #   sanitize  compute-sanitizer memcheck/racecheck/initcheck on golden + errors
 #   ncu       stall breakdown of the kernel on two cases
-#   ncufin    the slice kernel and the finisher at 131k C = 128, caches flushed and warm: is the finisher's
-#             fixed cost instruction fetch (stall "no_instruction") after the flush?
 #   sass      instruction mix of the kernels (cuobjdump)
 #   pytest    the Python suite with torch on the GPU
 set -u
@@ -55,9 +52,6 @@ for s in "$@"; do
       $D/kvc bench --backend cuda --cases engine --numerics $m --json ${JSON_DIR:-/tmp}/cuda-engine-$m.json > $OUT/cuda-engine-$m.txt 2>&1
       tail -2 $OUT/cuda-engine-$m.txt
     done ;;
-  probe)
-    step probe
-    $D/read_probe | tee $OUT/read-probe.txt ;;
   bench)
     step bench
     $D/kvc bench --backend cuda --json $OUT/cuda-headline.json > $OUT/cuda-headline.txt 2>&1; tail -3 $OUT/cuda-headline.txt ;;
@@ -102,15 +96,6 @@ for s in "$@"; do
     step ncu
     for c in reqs=8,tokens=131072,C=128,block=8 reqs=1,tokens=8192,C=512,block=8; do
       bench/scripts/ncu_stalls.sh $D/kvc $c > $OUT/ncu-$c.txt 2>&1; tail -30 $OUT/ncu-$c.txt
-    done ;;
-  ncufin)
-    step ncufin
-    for k in slice_kernel slice_finish_kernel; do
-      for cc in all none; do
-        KVC_NCU_KERNEL=$k KVC_NCU_CACHE=$cc bench/scripts/ncu_stalls.sh $D/kvc reqs=8,tokens=131072,C=128,block=8 \
-          > $OUT/ncufin-$k-$cc.txt 2>&1
-        echo "-- $k, cache $cc"; grep -E "no_instruction|long_scoreboard|wait|cycles_active|inst_executed.sum" $OUT/ncufin-$k-$cc.txt
-      done
     done ;;
   sass)
     step sass
