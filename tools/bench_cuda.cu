@@ -32,7 +32,7 @@ static char g_err[512];
 
 /* L2 flush: write a buffer larger than L2 (SPEC 6).  Diagnostic:
  * KVC_BENCH_FLUSH=read flushes by reading it instead, which leaves no dirty
- * lines for the timed call to write back (bench/NOTES.md). */
+ * lines for the timed call to write back. */
 static void *g_flush;
 static size_t g_flush_bytes;
 static float *g_flush_sink;
