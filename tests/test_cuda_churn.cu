@@ -16,19 +16,10 @@
 #include <time.h>
 
 #include "cuda_case.cuh"
+#include "test_util.h"
 #include "kvcompress_cuda.h"
 
 static uint8_t *g_rows;
-
-static long rss_kib(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, resident = 0;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-        fclose(f);
-    }
-    return resident * 4;
-}
 
 static size_t device_used(void) {
     size_t free_b = 0, total = 0;
@@ -135,11 +126,11 @@ int main(int argc, char **argv) {
         failures += call_once(&x, s, i);
         TC_CHECK(cudaStreamDestroy(s));
         if (i == n / 4) {
-            rss0 = rss_kib();
+            rss0 = tu_rss_kib();
             dev0 = device_used();
         }
     }
-    const long rss_grew = rss_kib() - rss0;
+    const long rss_grew = tu_rss_kib() - rss0;
     const long long dev_grew = (long long)device_used() - (long long)dev0;
     printf("%d streams made, called on and destroyed: resident memory %+ld KiB, device memory %+lld KiB after the "
            "first %d\n", n, rss_grew, dev_grew / 1024, n / 4);

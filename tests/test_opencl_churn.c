@@ -30,37 +30,6 @@
 
 static const char *kSpec = "reqs=2,tokens=1024,C=128,block=8,kv_block=2,layout=shuffle";
 
-/* The context the test's buffers go to (kvc_kit_mem has no context argument). */
-static cl_context g_ctx;
-static cl_command_queue g_q;
-
-static int put(const void *src, size_t bytes, void **h, char *err, size_t len) {
-    cl_int e;
-    cl_mem m = clCreateBuffer(g_ctx, CL_MEM_READ_WRITE | (src ? CL_MEM_COPY_HOST_PTR : 0), bytes ? bytes : 16,
-                              (void *)src, &e);
-    if (e != CL_SUCCESS) {
-        snprintf(err, len, "clCreateBuffer(%zu bytes): %d", bytes, (int)e);
-        return -1;
-    }
-    *h = (void *)m;
-    return 0;
-}
-static int get(void *h, void *dst, size_t bytes) {
-    return clEnqueueReadBuffer(g_q, (cl_mem)h, CL_TRUE, 0, bytes, dst, 0, NULL, NULL) == CL_SUCCESS ? 0 : -1;
-}
-static void drop(void *h) { clReleaseMemObject((cl_mem)h); }
-static const kvc_kit_mem kMem = {put, get, drop};
-
-static long rss_kib(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, resident = 0;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-        fclose(f);
-    }
-    return resident * 4;
-}
-
 static kvc_case g_host;
 static uint8_t *g_cpu_rows, *g_got, *g_rows;
 
@@ -106,9 +75,9 @@ static int queue_churn(cl_context ctx, cl_device_id dev, const kvc_kit_dev_args 
         failures += call_once(q, x, "queue", i);
         clFinish(q);
         clReleaseCommandQueue(q);
-        if (i == n / 10) rss_early = rss_kib();
+        if (i == n / 10) rss_early = tu_rss_kib();
     }
-    const long grew = rss_kib() - rss_early;
+    const long grew = tu_rss_kib() - rss_early;
     printf("%d queues made, called on and released: %d failures, resident memory %+ld KiB after the first %d\n", n,
            failures, grew, n / 10);
     if (grew > 16 * 1024) {
@@ -131,22 +100,22 @@ static int context_churn(cl_device_id dev, int n) {
             printf("FAIL context %d: %d\n", i, (int)err);
             return failures + 1;
         }
-        g_ctx = ctx;
-        g_q = q;
+        kvc_kit_opencl_use(ctx, q);
         kvc_kit_dev_args x;
         char msg[256];
-        if (kvc_kit_upload(&kMem, &g_host.args, &x, msg, sizeof msg) != 0) {
+        if (kvc_kit_upload(&kvc_kit_opencl_mem, &g_host.args, &x, msg, sizeof msg) != 0) {
             printf("FAIL context %d: upload: %s\n", i, msg);
             return failures + 1;
         }
         failures += call_once(q, &x, "context", i);
         clFinish(q);
-        kvc_kit_release(&kMem, &x);
+        kvc_kit_release(&kvc_kit_opencl_mem, &x);
+        kvc_kit_opencl_use(NULL, NULL);
         clReleaseCommandQueue(q);
         clReleaseContext(ctx);
-        if (i == warm) rss_early = rss_kib();
+        if (i == warm) rss_early = tu_rss_kib();
     }
-    const long grew = rss_kib() - rss_early;
+    const long grew = tu_rss_kib() - rss_early;
     printf("%d contexts made, called on and released: %d failures, resident memory %+ld KiB after the first %d\n",
            n, failures, grew, warm);
     /* a context the library kept alive holds its program (PoCL: several MiB) */
@@ -240,16 +209,14 @@ int main(int argc, char **argv) {
     }
     g_rows = malloc((size_t)g_host.args.num_outputs * KVC_SLOT_BYTES);
     g_got = malloc(g_host.kv_cache_bytes + 16);
-    g_ctx = ctx;
-    g_q = kq;
     kvc_kit_dev_args x;
-    if (kvc_kit_upload(&kMem, &g_host.args, &x, msg, sizeof msg) != 0) {
+    if (kvc_kit_upload(&kvc_kit_opencl_mem, &g_host.args, &x, msg, sizeof msg) != 0) {
         printf("FAIL upload: %s\n", msg);
         return 1;
     }
     int failures = buffers_checked(kq, &x);
     failures += queue_churn(ctx, dev, &x, nq);
-    kvc_kit_release(&kMem, &x);
+    kvc_kit_release(&kvc_kit_opencl_mem, &x);
     failures += context_churn(dev, nc);
     printf("%s (%d failures)\n", failures ? "FAILED" : "passed", failures);
     free(g_rows);

@@ -22,16 +22,6 @@
 #include "kvcompress_opencl.h"
 #endif
 
-static long rss_kib(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0, resident = 0;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-        fclose(f);
-    }
-    return resident * 4;
-}
-
 /* AddressSanitizer keeps freed memory in quarantine (up to 256 MiB): resident
  * memory says nothing there, its leak check does */
 #if defined(__SANITIZE_ADDRESS__)
@@ -71,7 +61,7 @@ int main(int argc, char **argv) {
     int failures = 0, bad = 0;
     long early = 0;
     for (long i = 0; i < ncpu; i++) {
-        if (i == ncpu / 10) early = rss_kib();
+        if (i == ncpu / 10) early = tu_rss_kib();
         if (kvc_compress(&c.args, &ex, NULL) != KVC_OK) bad++;
         if (i % 1000 == 999) {
             kvc_kit_output_rows(&c.args, &c, c.kv_cache, rows);
@@ -79,7 +69,7 @@ int main(int argc, char **argv) {
             memset(c.kv_cache, (int)(i & 0xFF), c.kv_cache_bytes);
         }
     }
-    failures += report("CPU", ncpu, bad, rss_kib() - early);
+    failures += report("CPU", ncpu, bad, tu_rss_kib() - early);
 #ifdef KVC_KIT_WITH_OPENCL
     cl_command_queue q = (cl_command_queue)kvc_kit_opencl_queue();
     if (q && kvc_backend_available(KVC_BACKEND_OPENCL) && nocl > 0) {
@@ -94,7 +84,7 @@ int main(int argc, char **argv) {
         bad = 0;
         uint8_t *got = malloc(x.kv_bytes + 16);
         for (long i = 0; i < nocl; i++) {
-            if (i == nocl / 10) early = rss_kib();
+            if (i == nocl / 10) early = tu_rss_kib();
             if (kvc_compress(&x.d, &ex, NULL) != KVC_OK) bad++;
             if (i % 500 == 499) {
                 const cl_uchar poison = (cl_uchar)i;
@@ -106,7 +96,7 @@ int main(int argc, char **argv) {
             }
         }
         clFinish(q);
-        failures += report("OpenCL", nocl, bad, rss_kib() - early);
+        failures += report("OpenCL", nocl, bad, tu_rss_kib() - early);
         free(got);
         kvc_kit_release(&kvc_kit_opencl_mem, &x);
     } else {

@@ -35,6 +35,17 @@ static inline int tu_parse_backend(const char *s, kvc_backend *b) {
     return 0;
 }
 
+/* Resident memory of this process in KiB (Linux /proc/self/statm; 0 where it cannot be read). */
+static inline long tu_rss_kib(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, resident = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+        fclose(f);
+    }
+    return resident * 4;
+}
+
 static inline void *tu_dup(const void *p, size_t n) {
     void *q = malloc(n ? n : 1);
     if (q) memcpy(q, p, n);
@@ -58,7 +69,7 @@ static inline int tu_in_slot(const kvc_args *a, size_t off, const unsigned char 
 static inline int tu_check_untouched(const kvc_args *a, const unsigned char *before, const unsigned char *after,
                                      char *msg, size_t msglen) {
     int64_t nslots = a->num_pages * a->kv_block_size;
-    unsigned char *written = calloc((size_t)(nslots ? nslots : 1), 1);
+    unsigned char *written = (unsigned char *)calloc((size_t)(nslots ? nslots : 1), 1);
     for (int64_t o = 0; o < a->num_outputs; o++) {
         int64_t b = a->boundary_token_indices[o];
         int64_t slot = a->kv_slot_mapping[b];

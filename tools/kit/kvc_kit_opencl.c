@@ -75,3 +75,15 @@ kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_sta
 }
 
 void *kvc_kit_opencl_queue(void) { return setup() == 0 ? (void *)g_q : NULL; }
+
+void kvc_kit_opencl_use(void *ctx, void *queue) {
+    if (setup() != 0) return;
+    static cl_context own_ctx;
+    static cl_command_queue own_q;
+    if (!own_ctx) {
+        own_ctx = g_ctx;
+        own_q = g_q;
+    }
+    g_ctx = ctx ? (cl_context)ctx : own_ctx;
+    g_q = queue ? (cl_command_queue)queue : own_q;
+}
