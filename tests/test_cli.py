@@ -110,7 +110,12 @@ with tempfile.TemporaryDirectory() as d:
     check(rc == 1, f"verify that checks nothing exits 1 ({rc})")
     env = dict(os.environ, KVCOMPRESS_GOLDEN=d)
     r = subprocess.run([exe, "verify", "--backend", "cpu", "--random", "0"], capture_output=True, text=True, env=env)
-    check(r.returncode == 1 and "nothing" in r.stderr, f"$KVCOMPRESS_GOLDEN without data: nothing checked ({r.returncode})")
+    check(r.returncode == 1 and "no golden data" in r.stderr,
+          f"$KVCOMPRESS_GOLDEN without data: exit 1 saying so ({r.returncode})")
+    # random cases alone are not a verify: without golden data it exits 1 (it said ok after 33 checks)
+    r = subprocess.run([exe, "verify", "--backend", "cpu", "--random", "2"], capture_output=True, text=True, env=env)
+    check(r.returncode == 1 and "no golden data" in r.stderr and "--golden DIR" in r.stderr,
+          f"verify without golden data exits 1 and says how to point it at them ({r.returncode})")
 
 # Issue 49: the whole command line is checked before any work (no bandwidth
 # run, no JSON written), and nothing hangs on absurd sizes.

@@ -78,11 +78,12 @@ static const char *USAGE_VERIFY =
     "\n"
     "  --backend auto|cpu|cuda|opencl   default auto\n"
     "  --golden DIR     golden data (default: $KVCOMPRESS_GOLDEN, else the source\n"
-    "                   tree's tests/data/golden, else <prefix>/share/kvcompress/golden)\n"
+    "                   tree it was built from, else <prefix>/share/kvcompress/golden;\n"
+    "                   without any, verify exits 1 saying so)\n"
     "  --random N       random cases (default 24; with N > 0 also the 7 GPU-path shapes)\n"
     "  --threads N      CPU threads\n"
-    "Prints the backend and device first; exits 1 if a case failed, if --golden\n"
-    "names no golden data, or if nothing was checked.\n";
+    "Prints the backend and device first; exits 1 if a case failed, if no golden\n"
+    "data is found, or if nothing was checked.\n";
 
 static const char *USAGE_INFO = "usage: kvcompress info\nPrints the library version, backends and devices.\n";
 
@@ -162,6 +163,8 @@ static double cpu_read_bw(int threads) {
     return (double)bytes / times[3] / 1e9;
 }
 
+static const char *find_golden(void);
+
 /* ---- case sets ----------------------------------------------------------- */
 typedef struct {
     kvc_case_params p;
@@ -234,8 +237,13 @@ static int build_cases(const char *set, const char *layout, uint64_t seed, const
     }
     if (!strcmp(set, "golden")) {
         kvc_golden_case *g = NULL;
-        int ng = kvc_kit_load_index(KVC_SOURCE_GOLDEN_DIR, &g);
-        if (ng < 0) return -1;
+        const char *dir = find_golden();
+        int ng = dir ? kvc_kit_load_index(dir, &g) : -1;
+        if (ng < 0) {
+            fprintf(stderr, "kvcompress: --cases golden: no golden data found (--golden is verify's; set "
+                            "$KVCOMPRESS_GOLDEN)\n");
+            return -1;
+        }
         for (int i = 0; i < ng; i++)
             if (g[i].params.num_poison == 0) { /* poison lists live in the index buffer */
                 n = add_case(list, n, cap, &g[i].params);
@@ -828,8 +836,14 @@ static int cmd_verify(int argc, char **argv) {
         fprintf(stderr, "kvcompress: --golden %s: no golden data there (manifest / cases.tsv)\n", golden);
         return 1;
     }
-    if (ng < 0) fprintf(stderr, "kvcompress: no golden data found: golden cases skipped (--golden DIR)\n");
-    else printf("golden data: %s\n", golden);
+    if (ng < 0) {
+        /* a verify that skips the golden cases would pass on less than it says */
+        fprintf(stderr, "kvcompress: no golden data found, so verify cannot check the golden bytes.  Point it at "
+                        "them: --golden DIR or $KVCOMPRESS_GOLDEN (a source checkout's tests/data/golden, or "
+                        "<prefix>/share/kvcompress/golden after cmake --install); a pip-installed package has none\n");
+        return 1;
+    }
+    printf("golden data: %s\n", golden);
     /* the conformance matrix of tests/test_backends.c (tools/kit/kvc_conform.c) */
     kvc_conform_opts o = {be, threads, ng < 0 ? NULL : golden, nrandom, nrandom > 0, stdout};
     kvc_conform_result res;

@@ -14,7 +14,9 @@ synchronizing.  Strides of state_cache, block_table, cos_sin_cache and kv_cache
 are passed through (their last dimension must be contiguous); the 1-D index
 tensors are used as they are when contiguous and copied otherwise.
 
-Errors: wrong dtypes, devices or shapes, and every index check the library
+Errors: wrong dtypes (KVC_ERROR_BAD_SHAPE, the message begins "dtype of
+<argument>"), a missing tensor (None: KVC_ERROR_NULL_POINTER, "<argument> is
+missing"), devices or shapes, and every index check the library
 makes on the host, raise :class:`KVCError` (a ``ValueError``) with the
 library's message; so does anything the C API cannot express faithfully (zero
 or negative strides, read-only or non-native-byte-order arrays, integers that
@@ -107,6 +109,8 @@ class _View:
     def __init__(self, name, x, dtypes, ndim, writable=False):
         self.name = name
         self.obj = x
+        if x is None:
+            raise KVCError("KVC_ERROR_NULL_POINTER", f"{name} is missing (None)")
         if _is_torch(x):
             dt = str(x.dtype).replace("torch.", "")
             self.device = "cuda" if x.is_cuda else ("cpu" if x.device.type == "cpu" else x.device.type)
@@ -140,7 +144,7 @@ class _View:
                 raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: address {self.ptr:#x} is not a multiple of its "
                                                       f"element size {x.itemsize}; pass an aligned copy (.copy())")
         if dt not in dtypes:
-            raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: dtype {dt}, expected {' or '.join(dtypes)}")
+            raise KVCError("KVC_ERROR_BAD_SHAPE", f"dtype of {name} is {dt}, expected {' or '.join(dtypes)}")
         if len(self.shape) != ndim:
             raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: {len(self.shape)} dimensions, expected {ndim}")
         if 0 in self.shape:
@@ -167,6 +171,8 @@ def _prod(xs):
 def _index_1d(name, x, dtypes):
     """1-D index tensors must be contiguous for the C API: copy when they are not
     (broadcast and reversed views included: the copy holds the values they show)."""
+    if x is None:
+        raise KVCError("KVC_ERROR_NULL_POINTER", f"{name} is missing (None)")
     if _is_torch(x):
         if x.dim() == 1 and x.numel() > 1 and x.stride(0) != 1:
             x = x.contiguous()

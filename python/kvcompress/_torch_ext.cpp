@@ -45,7 +45,7 @@ const at::Tensor &check(const char *name, const at::Tensor &t, at::ScalarType dt
                         c10::Device device) {
     if (t.scalar_type() != dtype && !(dtype == at::kBFloat16 && (t.scalar_type() == at::kShort ||
                                                                   t.scalar_type() == at::kUInt16)))
-        refuse(KVC_ERROR_BAD_SHAPE, std::string(name) + ": dtype " + c10::toString(t.scalar_type()) +
+        refuse(KVC_ERROR_BAD_SHAPE, std::string("dtype of ") + name + " is " + c10::toString(t.scalar_type()) +
                                         ", expected " + c10::toString(dtype));
     if (t.dim() != ndim)
         refuse(KVC_ERROR_BAD_SHAPE, std::string(name) + ": " + std::to_string(t.dim()) + " dimensions, expected " +

@@ -75,7 +75,7 @@ def test_errors_are_value_errors_and_write_nothing():
             kvcompress.c128_256_512_compress(*bad)
         bad = list(args)
         bad[1] = c.token_to_req.astype(np.int64)
-        with pytest.raises(kvcompress.KVCError, match="token_to_req: dtype int64"):
+        with pytest.raises(kvcompress.KVCError, match="dtype of token_to_req is int64"):
             kvcompress.c128_256_512_compress(*bad)
         bad = list(args)
         bad[9] = 16

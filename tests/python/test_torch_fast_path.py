@@ -94,9 +94,9 @@ def test_refused_arguments(device):
         # the last dimension not contiguous
         expect("state_cache: the last dimension", with_(0, t[0].transpose(1, 2).contiguous().transpose(1, 2)))
         # dtypes and ranks
-        expect("token_to_req: dtype", with_(1, t[1].long()))
-        expect("positions: dtype", with_(2, t[2].int()))
-        expect("kv_cache: dtype", with_(8, t[8].to(torch.int8)))
+        expect("dtype of token_to_req", with_(1, t[1].long()))
+        expect("dtype of positions", with_(2, t[2].int()))
+        expect("dtype of kv_cache", with_(8, t[8].to(torch.int8)))
         expect("state_cache: 2 dimensions", with_(0, t[0][0]))
         expect("rms_norm_weight: 1024 values", with_(5, torch.cat([t[5], t[5]])))
         expect("cos_sin_cache: rows of 32", with_(6, t[6][:, :32].contiguous()))

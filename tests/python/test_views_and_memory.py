@@ -133,3 +133,27 @@ def test_generate_has_a_real_signature_and_refuses_absurd_sizes_at_once():
         rand.generate(1, 1 << 40, 128, 8)  # looped over every token before
     with pytest.raises(ValueError, match="score_shift"):
         rand.generate(1, 1024, 128, 8, score_shift=2 ** 31 - 1)
+
+
+@pytest.mark.parametrize("name", ["block_table", "positions", "kv_cache", "state_cache"])
+def test_a_missing_tensor_says_missing(name):
+    kw = _kw()
+    kw[name] = None
+    with pytest.raises(kvcompress.KVCError, match=f"{name} is missing") as e:
+        kvcompress.compress(backend="cpu", **kw)
+    assert e.value.status == "KVC_ERROR_NULL_POINTER"
+
+
+def test_a_wrong_dtype_says_dtype_first():
+    kw = _kw()
+    kw["state_cache"] = kw["state_cache"].astype(np.float64)
+    with pytest.raises(kvcompress.KVCError, match=r"^KVC_ERROR_BAD_SHAPE: dtype of state_cache is float64"):
+        kvcompress.compress(backend="cpu", **kw)
+
+
+def test_a_too_small_cache_names_the_python_arguments():
+    kw = _kw()
+    kw["kv_cache"] = np.zeros((kw["kv_cache"].shape[0], 1000), np.uint8)
+    with pytest.raises(kvcompress.KVCError, match=r"kv_cache.*kv_cache\.shape\[1\].*kv_block_size") as e:
+        kvcompress.compress(backend="cpu", **kw)
+    assert "page_stride" not in str(e.value)
