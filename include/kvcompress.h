@@ -6,7 +6,7 @@
  * tokens) the C rows of a paged fp32 state cache are reduced by a
  * per-dimension softmax-weighted sum, RMS-normalised, quantised and written as
  * one 584-byte slot of a paged KV cache.  The byte contract is docs/CONTRACT.md
- * (written from the project's SPEC); every backend produces identical bytes.
+ * (docs/CONTRACT.md in the source tree); every backend produces identical bytes.
  *
  * Conventions
  *  - Every tensor pointer is aligned to its element size (else
@@ -113,7 +113,7 @@ KVC_API const char *kvc_status_string(kvc_status status);
 KVC_API const char *kvc_last_error_message(void);
 
 /* ------------------------------------------------------------------------ */
-/* Engine format settings (SPEC section 7).  Zero = the statement's format.  */
+/* Engine format settings (docs/CONTRACT.md section 7).  Zero = the statement's format.  */
 /* ------------------------------------------------------------------------ */
 typedef enum kvc_nope_format {
     KVC_NOPE_INT8 = 0,     /* 448 int8, power-of-two scale per 64 dims      */
@@ -130,7 +130,7 @@ typedef enum kvc_cos_sin_layout {
     KVC_COS_SIN_INTERLEAVED = 1  /* row: cos_0 sin_0 cos_1 sin_1 ...         */
 } kvc_cos_sin_layout;
 
-/* Numerics mode (SPEC section 8).  Zero = EXACT. */
+/* Numerics mode (docs/CONTRACT.md section 8).  Zero = EXACT. */
 typedef enum kvc_numerics {
     KVC_NUMERICS_EXACT = 0, /* the canonical arithmetic: the CPU's bytes on
                                every backend                                 */

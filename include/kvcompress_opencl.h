@@ -8,7 +8,7 @@
  * enqueued without waiting; index values are checked by the kernel and the
  * first error is recorded in the status word of that queue, which this
  * function reads.  Each queue has its own status word and workspace, so
- * calls on different queues of one context may run at once (SPEC 2.6); the
+ * calls on different queues of one context may run at once (docs/CONTRACT.md section 2); the
  * queue must be in-order (an out-of-order queue is refused with
  * KVC_ERROR_BAD_PARAMETER).  The device needs correctly rounded divide / sqrt and
  * denormals (CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT, CL_FP_DENORM).  The

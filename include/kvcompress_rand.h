@@ -1,6 +1,6 @@
 /*
  * kvcompress_rand.h -- kvc-rand v1, the deterministic input generator of the
- * contract (SPEC section 5), and a case builder on top of it that owns host
+ * contract (docs/CONTRACT.md section 5), and a case builder on top of it that owns host
  * tensors and fills a kvc_args.  Used by the tests, the CLI and the Python
  * package; handy for anyone who wants reproducible inputs.
  */
@@ -69,7 +69,7 @@ typedef struct kvc_case {
 } kvc_case;
 
 /**
- * kvc_case_generate() -- build the case of SPEC 5.
+ * kvc_case_generate() -- build the case of docs/CONTRACT.md section 5.
  * @return KVC_OK, KVC_ERROR_BAD_PARAMETER (message says which) or
  *         KVC_ERROR_OUT_OF_MEMORY.  On error *out is zeroed and owns nothing.
  * @param threads  generator threads (0 = all cores); output does not depend on it.

@@ -2,7 +2,7 @@
  * kvcompress -- the command-line tool: info, bench, verify.
  *
  *   kvcompress info
- *   kvcompress bench  [--backend B] [--cases SET|SPEC] [--layout L] [--repeat N]
+ *   kvcompress bench  [--backend B] [--cases SET|CASE] [--layout L] [--repeat N]
  *                     [--threads N] [--seed S] [--json FILE] [--format int8|fp8]
  *                     [--overlap] [--cos-sin split|interleaved]
  *   kvcompress verify [--backend B] [--golden DIR] [--random N] [--threads N]
@@ -47,12 +47,12 @@ static const char *USAGE_BENCH =
     "read bandwidth, check.\n"
     "\n"
     "  --backend auto|cpu|cuda|opencl   default auto (best available)\n"
-    "  --cases headline|quick|engine|golden|SPEC\n"
+    "  --cases headline|quick|engine|golden|CASE\n"
     "                 headline: the 12 headline cases (default)\n"
     "                 quick: 3 small cases;  engine: C4 overlap FP8 (2048, 8192,\n"
     "                 32768 outputs) + C128 FP8 S=2 at 8k, 32k, 131k tokens\n"
     "                 golden: the cases of the golden manifests\n"
-    "                 SPEC: reqs=8,tokens=131072,C=128,block=8,layout=shuffle\n"
+    "                 CASE: reqs=8,tokens=131072,C=128,block=8,layout=shuffle\n"
     "                       [,kv_block=S,format=fp8,overlap=1,cos_sin=interleaved]\n"
     "  --layout contig|shuffle|both     default both\n"
     "  --repeat N       timed calls per case (default 100 GPU, 5 CPU)\n"
@@ -60,8 +60,8 @@ static const char *USAGE_BENCH =
     "  --seed S         kvc-rand seed (default 1)\n"
     "  --format int8|fp8, --overlap, --cos-sin split|interleaved\n"
     "                   engine formats for the headline/quick sets\n"
-    "  --numerics exact|fast   numerics mode (SPEC 8); fast is checked for\n"
-    "                   conformance to the CPU bytes (SPEC 4 / 7), exact for equality\n"
+    "  --numerics exact|fast   numerics mode (docs/CONTRACT.md section 8); fast is checked for\n"
+    "                   conformance to the CPU bytes (docs/CONTRACT.md sections 4 and 7), exact for equality\n"
     "  --json FILE      also write the results as JSON\n"
     "  --no-floor       skip the floor measurement (x_floor shows 0)\n"
     "  --huge-pages     CPU: the state cache and the floor's buffer advised onto\n"
@@ -315,7 +315,7 @@ static double spec_floor_bytes(const kvc_case_params *p) {
     return outs * (double)p->compress_ratio * (p->overlap == KVC_OVERLAP_ON ? 8192.0 : 4096.0) + outs * KVC_SLOT_BYTES;
 }
 
-/* Bytes the operation must move (SPEC 6; overlap: each 2048-float row once). */
+/* Bytes the operation must move (docs/CONTRACT.md section 6; overlap: each 2048-float row once). */
 static double case_bytes(const kvc_args *a) {
     double rows_bytes;
     if (a->overlap == KVC_OVERLAP_ON)
@@ -328,7 +328,7 @@ static double case_bytes(const kvc_args *a) {
 /* Samples of the CPU benchmark: repeat > 0 calls, or (repeat = 0) at least
  * kCpuMinCalls calls and kCpuMinSeconds of timed calls.  Each call is
  * followed by the floor: a read of the case's bytes with the same threads
- * (SPEC 6), whose median goes to r->floor_us. */
+ * (docs/CONTRACT.md section 6), whose median goes to r->floor_us. */
 enum { kCpuMinCalls = 10, kCpuMaxCalls = 100000, kWarmup = 1 };
 static const double kCpuMinSeconds = 0.5;
 static uint64_t *g_cpu_floor;
@@ -470,7 +470,7 @@ static int compare_rows(kvc_case *c, const uint8_t *ref, char *msg, size_t len) 
     return 0;
 }
 
-/* SPEC 4 / 7 conformance of the case's slots against reference rows (FAST mode). */
+/* docs/CONTRACT.md sections 4 and 7 conformance of the case's slots against reference rows (FAST mode). */
 static int conform_rows(kvc_case *c, const uint8_t *ref, char *msg, size_t len) {
     const int64_t n = c->args.num_outputs;
     uint8_t *rows = malloc((size_t)(n > 0 ? n : 1) * KVC_SLOT_BYTES);
@@ -644,7 +644,7 @@ static int cmd_bench(int argc, char **argv) {
             return 1;
         }
     }
-    /* GPU: 100 calls (SPEC 6); CPU: at least 10 calls and 0.5 s per case */
+    /* GPU: 100 calls (docs/CONTRACT.md section 6); CPU: at least 10 calls and 0.5 s per case */
     int repeat = o.repeat ? o.repeat : (gpu ? 100 : 0);
     if (progress_on()) fprintf(stderr, "measuring read bandwidth...\r");
     double bw = be == KVC_BACKEND_CUDA ? kvc_bench_cuda_read_bw()

@@ -1,12 +1,12 @@
 """python -m kvcompress.bench: kvcompress against the naive PyTorch program of
-the statement (kvcompress.reference) on the 12 headline cases, SPEC 6 timing
+the statement (kvcompress.reference) on the 12 headline cases, docs/CONTRACT.md section 6 timing
 (CUDA events, L2 flushed before each call, median), same inputs, same run.
 
     python -m kvcompress.bench [--layout contig|shuffle|both] [--repeat N]
                                [--json FILE] [--plot FILE.png]
     python -m kvcompress.bench --host [--json FILE]
 
---host: the host cost of one call (SPEC 6: back-to-back eager calls, the
+--host: the host cost of one call (docs/CONTRACT.md section 6: back-to-back eager calls, the
 same run) on a small case (1 request, 1024 tokens, C=128: 8 outputs),
 against torch.sum of the same 4 MiB: kvcompress.compress, the drop-in
 (eager and as a CUDA-graph replay) and the registered op.
@@ -113,7 +113,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m kvcompress.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--layout", default="both", choices=["contig", "shuffle", "both"])
     ap.add_argument("--repeat", type=int, default=100)
-    ap.add_argument("--torch-repeat", type=int, default=100)  # SPEC 6: median of >= 100 calls
+    ap.add_argument("--torch-repeat", type=int, default=100)  # docs/CONTRACT.md section 6: median of >= 100 calls
     ap.add_argument("--json")
     ap.add_argument("--plot")
     ap.add_argument("--host", action="store_true", help="the host cost table instead of kernel times")

@@ -1,7 +1,7 @@
-"""The statement's program, written from SPEC section 1 in plain PyTorch: gather
+"""The statement's program, written from docs/CONTRACT.md section 1 in plain PyTorch: gather
 every window row, softmax over the window, sum, RMSNorm, quantize, RoPE,
 scatter into a fresh zeroed KV cache.  The naive baseline the benchmark times,
-and the reference the GPU tests check conformance (SPEC 4) against."""
+and the reference the GPU tests check conformance (docs/CONTRACT.md section 4) against."""
 import numpy as np
 
 
@@ -65,7 +65,7 @@ def reference_compress(state_cache, token_to_req, positions, boundary_token_indi
 
 
 def conforms(ours, ref, fp8=False):
-    """SPEC 4 / 7 conformance of rows [n, 584] against the reference's rows.
+    """docs/CONTRACT.md sections 4 and 7 conformance of rows [n, 584] against the reference's rows.
     Returns (ok, message, differing NOPE values)."""
     ours, ref = np.asarray(ours), np.asarray(ref)
     n = ours.shape[0]
