@@ -1,10 +1,14 @@
-# ctest -P driver: install the build tree to a temporary (non-default) prefix,
-# then build and run the consumer against it: through the CMake package
-# (shared, static, C++) and through pkg-config (shared, and --static against a
-# copy of the prefix without the shared library).
+# ctest -P driver: exactly what the README's "Build and install" says, at a
+# temporary (non-default) prefix, each program run from another directory
+# with no LD_LIBRARY_PATH: the CMake package (shared, static, C++), and
+# pkg-config (kvcompress: shared, found through the rpath it adds;
+# kvcompress-static: no libkvcompress.so needed at run time).
 file(REMOVE_RECURSE ${WORK})
+unset(ENV{LD_LIBRARY_PATH})
+file(MAKE_DIRECTORY ${WORK}/elsewhere)
 function(run what)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  WORKING_DIRECTORY ${WORK}/elsewhere)
   if(rc)
     message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
   endif()
@@ -29,19 +33,19 @@ if(PKG_CONFIG AND CC)
     message(FATAL_ERROR "pkg-config points elsewhere than the install prefix: ${flags}")
   endif()
   separate_arguments(flags UNIX_COMMAND "${flags}")
-  execute_process(COMMAND ${PKG_CONFIG} --variable=libdir kvcompress OUTPUT_VARIABLE libdir OUTPUT_STRIP_TRAILING_WHITESPACE)
-  run("pkg-config shared build" ${CC} ${SRC}/main.c -o ${WORK}/pc_shared ${flags} -Wl,-rpath,${libdir})
-  run("pkg-config shared run" ${WORK}/pc_shared)
-  # --static: a copy of the prefix with the archive only
-  file(COPY ${WORK}/prefix/ DESTINATION ${WORK}/prefix-static)
-  file(GLOB so ${WORK}/prefix-static/lib*/libkvcompress.so* ${WORK}/prefix-static/lib*/*/libkvcompress.so*)
-  file(REMOVE ${so})
-  string(REPLACE "${WORK}/prefix" "${WORK}/prefix-static" pcdir_s "${pcdir}")
-  set(ENV{PKG_CONFIG_PATH} ${pcdir_s})
-  execute_process(COMMAND ${PKG_CONFIG} --static --cflags --libs kvcompress OUTPUT_VARIABLE sflags OUTPUT_STRIP_TRAILING_WHITESPACE)
+  run("pkg-config shared build" ${CC} ${SRC}/main.c -o ${WORK}/pc_shared ${flags})
+  run("pkg-config shared run (its rpath, no LD_LIBRARY_PATH)" ${WORK}/pc_shared)
+  # kvcompress-static, with the shared library installed beside it: the
+  # program must not need it (it runs with the .so moved away)
+  execute_process(COMMAND ${PKG_CONFIG} --cflags --libs kvcompress-static OUTPUT_VARIABLE sflags
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
   separate_arguments(sflags UNIX_COMMAND "${sflags}")
-  run("pkg-config --static build" ${CC} ${SRC}/main.c -o ${WORK}/pc_static ${sflags})
-  run("pkg-config --static run" ${WORK}/pc_static)
+  run("pkg-config kvcompress-static build" ${CC} ${SRC}/main.c -o ${WORK}/pc_static ${sflags})
+  file(GLOB so ${WORK}/prefix/lib*/libkvcompress.so* ${WORK}/prefix/lib*/*/libkvcompress.so*)
+  file(MAKE_DIRECTORY ${WORK}/moved)
+  file(COPY ${so} DESTINATION ${WORK}/moved)
+  file(REMOVE ${so})
+  run("pkg-config kvcompress-static run (no libkvcompress.so installed)" ${WORK}/pc_static)
 else()
   message(STATUS "pkg-config or cc missing: the pkg-config consumer is not built")
 endif()
