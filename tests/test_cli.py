@@ -117,6 +117,31 @@ with tempfile.TemporaryDirectory() as d:
     check(r.returncode == 1 and "no golden data" in r.stderr and "--golden DIR" in r.stderr,
           f"verify without golden data exits 1 and says how to point it at them ({r.returncode})")
 
+# What a user reads: the line that says what x_floor and %read mean, --repeat
+# help that says what happens, JSON with the seed, geomeans, spread flags and
+# the effective repeat, and --plot's picture (one bar a case, the floor line).
+import xml.etree.ElementTree as ET
+with tempfile.TemporaryDirectory() as d:
+    js, svg = os.path.join(d, "q.json"), os.path.join(d, "q.svg")
+    rc, out, err = run("bench", "--backend", "cpu", "--cases", "quick", "--seed", "5", "--json", js, "--plot", svg)
+    check(rc == 0 and "x_floor = median time / median time of a plain read" in out and "%read = " in out,
+          "bench says what x_floor and %read mean")
+    j = json.load(open(js)) if rc == 0 else {}
+    check(j.get("seed") == 5 and j.get("repeat") is None and j.get("x_floor_geomean", 0) > 0 and
+          j.get("pct_read_geomean", 0) > 0 and all(isinstance(c.get("spread"), bool) and c["calls"] >= 10
+                                                   for c in j.get("cases", [])),
+          "bench JSON: seed, repeat null (time-based) with each case's calls, both geomeans, a spread flag a case")
+    try:
+        root = ET.parse(svg).getroot()
+        rects = [e for e in root.iter() if e.tag.endswith("rect")]
+        texts = "".join(e.text or "" for e in root.iter() if e.tag.endswith("text"))
+        ok = len(rects) == 1 + len(j.get("cases", [])) and "r1_t2048_c128_b8 contig" in texts and "x_floor" in texts
+    except (OSError, ET.ParseError):
+        ok = False
+    check(ok, "bench --plot: an SVG with a bar a case, labelled")
+rc, out, _ = run("bench", "--help")
+check("least 10 calls and 0.5 s" in out and "--plot FILE" in out, "bench --help: --repeat's CPU default and --plot")
+
 # Issue 49: the whole command line is checked before any work (no bandwidth
 # run, no JSON written), and nothing hangs on absurd sizes.
 import time

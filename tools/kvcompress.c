@@ -55,7 +55,8 @@ static const char *USAGE_BENCH =
     "                 CASE: reqs=8,tokens=131072,C=128,block=8,layout=shuffle\n"
     "                       [,kv_block=S,format=fp8,overlap=1,cos_sin=interleaved]\n"
     "  --layout contig|shuffle|both     default both\n"
-    "  --repeat N       timed calls per case (default 100 GPU, 5 CPU)\n"
+    "  --repeat N       timed calls per case (default: 100 on a GPU; on the CPU at\n"
+    "                   least 10 calls and 0.5 s of them)\n"
     "  --threads N      CPU threads (default all cores)\n"
     "  --seed S         kvc-rand seed (default 1)\n"
     "  --format int8|fp8, --overlap, --cos-sin split|interleaved\n"
@@ -63,6 +64,7 @@ static const char *USAGE_BENCH =
     "  --numerics exact|fast   numerics mode (docs/CONTRACT.md section 8); fast is checked for\n"
     "                   conformance to the CPU bytes (docs/CONTRACT.md sections 4 and 7), exact for equality\n"
     "  --json FILE      also write the results as JSON\n"
+    "  --plot FILE      also draw x_floor per case as an SVG picture\n"
     "  --no-floor       skip the floor measurement (x_floor shows 0)\n"
     "  --huge-pages     CPU: the state cache and the floor's buffer advised onto\n"
     "                   transparent huge pages (Linux), as numpy places large arrays\n"
@@ -352,7 +354,7 @@ static int time_cpu(kvc_case *c, int threads, int repeat, double floor_bytes, be
     double *t = malloc(sizeof(double) * (size_t)cap), *tf = malloc(sizeof(double) * (size_t)cap);
     uint64_t sink = 0;
     for (int i = 0; i < kWarmup; i++) kvc_compress(&c->args, &ex, NULL);
-    double total = 0;
+    double total = 0, last_note = now_s();
     int n = 0;
     while (n < cap && (repeat > 0 || n < kCpuMinCalls || total < kCpuMinSeconds)) {
         double t0 = now_s();
@@ -368,6 +370,10 @@ static int time_cpu(kvc_case *c, int threads, int repeat, double floor_bytes, be
         }
         tf[n] = g_cpu_floor_words && words ? kvc_kit_cpu_read(g_cpu_floor, words, threads, &sink) * 1e6 : 0;
         n++;
+        if (progress_on() && now_s() - last_note >= 1.0) { /* a long case: say how far it is */
+            last_note = now_s();
+            fprintf(stderr, "  %d calls, %.1f s timed...   \r", n, total);
+        }
     }
     if (sink == 42) fprintf(stderr, " ");
     r->samples = malloc(sizeof(double) * (size_t)n);
@@ -508,7 +514,7 @@ static int cmd_info(int argc, char **argv) {
 
 typedef struct {
     kvc_backend backend;
-    const char *cases, *layout, *json;
+    const char *cases, *layout, *json, *plot;
     int repeat, threads;
     uint64_t seed;
     kvc_case_params fmt;
@@ -563,8 +569,50 @@ static void device_name(kvc_backend be, char *out, size_t n) {
     }
 }
 
+/* x_floor per case as an SVG bar chart: one bar a case (0 = not measured),
+ * the memory floor (1.0) as a line.  @return 0, or -1 where a write failed. */
+static int write_plot(const char *path, char names[][72], const double *x, int n, const char *backend) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    double top = 1.5;
+    for (int i = 0; i < n; i++)
+        if (x[i] > top) top = x[i];
+    top = ceil(top * 4) / 4;
+    const int left = 260, bar = 18, gap = 6, width = 560, head = 62;
+    const int height = head + n * (bar + gap) + 40;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+               "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            left + width + 60, height);
+    fprintf(f, "<text x=\"10\" y=\"20\" font-size=\"15\">kvcompress %s bench, backend %s: x_floor per case</text>\n"
+               "<text x=\"10\" y=\"38\" fill=\"#555\">the call's time over the time of a plain read of the same "
+               "bytes in the same run; 1.0 (red) = the memory floor, lower is better</text>\n",
+            KVC_VERSION_STRING, backend);
+    for (double t = 0; t <= top + 1e-9; t += 0.25) {
+        const double gx = left + width * t / top;
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\"/>\n"
+                   "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.2f</text>\n",
+                gx, head - 8, gx, height - 30, t == 1.0 ? "#c00" : "#ddd", gx, height - 14, t);
+    }
+    for (int i = 0; i < n; i++) {
+        const int y = head + i * (bar + gap);
+        const double w = x[i] > 0 ? width * x[i] / top : 0;
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", left - 8, y + bar - 5);
+        for (const char *c = names[i]; *c; c++) {
+            if (*c == '<') fputs("&lt;", f);
+            else if (*c == '&') fputs("&amp;", f);
+            else fputc(*c, f);
+        }
+        fprintf(f, "</text>\n<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"#4a7bb7\"/>\n", left, y,
+                w, bar);
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\">%.3f</text>\n", left + w + 4, y + bar - 5, x[i]);
+    }
+    fputs("</svg>\n", f);
+    const int werr = ferror(f);
+    return fclose(f) != 0 || werr ? -1 : 0;
+}
+
 static int cmd_bench(int argc, char **argv) {
-    bench_opts o = {KVC_BACKEND_AUTO, "headline", "both", NULL, 0, 0, 1, {0}, KVC_NUMERICS_EXACT, 0, 0};
+    bench_opts o = {KVC_BACKEND_AUTO, "headline", "both", NULL, NULL, 0, 0, 1, {0}, KVC_NUMERICS_EXACT, 0, 0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -573,7 +621,7 @@ static int cmd_bench(int argc, char **argv) {
         }
         int takes = !strcmp(a, "--backend") || !strcmp(a, "--cases") || !strcmp(a, "--layout") ||
                     !strcmp(a, "--repeat") || !strcmp(a, "--threads") || !strcmp(a, "--seed") ||
-                    !strcmp(a, "--json") || !strcmp(a, "--format") || !strcmp(a, "--cos-sin") ||
+                    !strcmp(a, "--json") || !strcmp(a, "--plot") || !strcmp(a, "--format") || !strcmp(a, "--cos-sin") ||
                     !strcmp(a, "--numerics");
         if (takes && need_value(i, argc, argv)) return 2;
         const char *v = takes ? argv[++i] : NULL;
@@ -598,6 +646,7 @@ static int cmd_bench(int argc, char **argv) {
             o.seed = (uint64_t)x;
         }
         else if (!strcmp(a, "--json")) o.json = v;
+        else if (!strcmp(a, "--plot")) o.plot = v;
         else if (!strcmp(a, "--format")) {
             if (strcmp(v, "int8") && strcmp(v, "fp8")) return usage_error("--format %s: expected int8 or fp8", v);
             o.fmt.nope_format = !strcmp(v, "fp8") ? KVC_NOPE_FP8_E4M3 : KVC_NOPE_INT8;
@@ -662,8 +711,10 @@ static int cmd_bench(int argc, char **argv) {
     if (!gpu) printf("cpu threads: %d%s\n", threads, o.huge_pages ? ", state and floor on huge pages" : "");
     printf("%-28s %-8s %8s %11s %9s %9s %9s %7s %9s %7s  %s\n", "case", "layout", "outputs", "median_us", "min_us",
            "max_us", "GB/s", "%read", "floor_us", "x_floor", "check");
-    double log_x = 0, worst_x = 0;
-    int nx = 0, noisy = 0;
+    double log_x = 0, worst_x = 0, log_read = 0;
+    int nx = 0, noisy = 0, nread = 0;
+    static char plot_name[128][72];
+    static double plot_x[128];
     FILE *js = NULL;
     if (o.json) {
         js = fopen(o.json, "w");
@@ -684,10 +735,13 @@ static int cmd_bench(int argc, char **argv) {
         json_str(js, dev, "");
         fprintf(js, "\",\n \"cpu_model\": \"");
         json_str(js, cpu, "");
-        fprintf(js, "\",\n \"read_bw_gbs\": %.3f,\n \"repeat\": %d,\n \"min_calls\": %d,\n \"min_seconds\": %.2f,\n"
-                    " \"warmup\": %d,\n \"threads\": %d,\n \"numerics\": \"%s\",\n \"cases\": [",
-                bw, repeat, repeat ? repeat : kCpuMinCalls, repeat ? 0.0 : kCpuMinSeconds, gpu ? 10 : kWarmup,
-                gpu ? 0 : threads, o.numerics == KVC_NUMERICS_FAST ? "fast" : "exact");
+        char rep_s[32];
+        if (repeat) snprintf(rep_s, sizeof rep_s, "%d", repeat);
+        else snprintf(rep_s, sizeof rep_s, "null"); /* time-based: each case's "calls" says how many ran */
+        fprintf(js, "\",\n \"read_bw_gbs\": %.3f,\n \"repeat\": %s,\n \"min_calls\": %d,\n \"min_seconds\": %.2f,\n"
+                    " \"warmup\": %d,\n \"threads\": %d,\n \"seed\": %llu,\n \"numerics\": \"%s\",\n \"cases\": [",
+                bw, rep_s, repeat ? repeat : kCpuMinCalls, repeat ? 0.0 : kCpuMinSeconds, gpu ? 10 : kWarmup,
+                gpu ? 0 : threads, (unsigned long long)o.seed, o.numerics == KVC_NUMERICS_FAST ? "fast" : "exact");
     }
     int failures = 0;
     for (int i = 0; i < n; i++) {
@@ -727,6 +781,12 @@ static int cmd_bench(int argc, char **argv) {
             worst_x = xf > worst_x ? xf : worst_x;
             nx++;
         }
+        if (rc == 0 && bw > 0 && gbs > 0) {
+            log_read += log(100.0 * gbs / bw);
+            nread++;
+        }
+        snprintf(plot_name[i], sizeof plot_name[i], "%.60s %s", list[i].name, list[i].p.shuffle ? "shuffle" : "contig");
+        plot_x[i] = xf;
         /* a spread of more than 1.5x between the fastest and slowest call: say so */
         const int spread = rc == 0 && r.min_us > 0 && r.max_us > 1.5 * r.min_us;
         noisy += spread;
@@ -741,27 +801,37 @@ static int cmd_bench(int argc, char **argv) {
                     "\"block\": %lld, \"format\": \"%s\", \"overlap\": %d, \"kv_block_size\": %lld, "
                     "\"outputs\": %lld, \"bytes\": %.0f, \"median_us\": %.3f, \"min_us\": %.3f, \"gbs\": %.3f, "
                     "\"max_us\": %.3f, \"calls\": %d, \"pct_read_bw\": %.2f, \"floor_us\": %.3f, \"x_floor\": %.4f, "
-                    "\"check\": \"%s\", \"samples_us\": [",
+                    "\"spread\": %s, \"check\": \"%s\", \"samples_us\": [",
                     i ? "," : "", list[i].name, list[i].p.shuffle ? "shuffle" : "contig",
                     (long long)list[i].p.num_reqs, (long long)list[i].p.total_tokens,
                     (long long)list[i].p.compress_ratio, (long long)list[i].p.block_size,
                     list[i].p.nope_format ? "fp8" : "int8", (int)list[i].p.overlap,
                     (long long)c.args.kv_block_size, (long long)c.args.num_outputs, bytes, r.median_us, r.min_us, gbs,
-                    r.max_us, r.calls, bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, ok ? "ok" : "fail");
+                    r.max_us, r.calls, bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, spread ? "true" : "false",
+                    ok ? "ok" : "fail");
         for (int k = 0; js && k < r.nsamples; k++) fprintf(js, "%s%.3f", k ? ", " : "", r.samples[k]);
         if (js) fprintf(js, "]}");
         free(r.samples);
         kvc_case_free(&c);
     }
     if (js) {
-        fprintf(js, "\n ]\n}\n");
+        fprintf(js, "\n ],\n \"x_floor_geomean\": %.4f,\n \"x_floor_worst\": %.4f,\n \"pct_read_geomean\": %.2f,\n"
+                    " \"cases_spread\": %d\n}\n",
+                nx ? exp(log_x / nx) : 0.0, worst_x, nread ? exp(log_read / nread) : 0.0, noisy);
         const int werr = ferror(js);
         if (fclose(js) != 0 || werr) {
             fprintf(stderr, "kvcompress: writing %s failed: %s\n", o.json, strerror(errno ? errno : EIO));
             return 1;
         }
     }
+    printf("x_floor = median time / median time of a plain read of the same bytes in the same loop (1.00 = the "
+           "memory floor; the CPU's floor reads a fresh buffer, so a case whose rows sit in the caches can be below 1); "
+           "%%read = bytes per second over the read bandwidth measured at the start\n");
     if (nx) printf("x_floor: geomean %.3f, worst %.3f over %d cases\n", exp(log_x / nx), worst_x, nx);
+    if (o.plot && write_plot(o.plot, plot_name, plot_x, n, backend_name(be)) != 0) {
+        fprintf(stderr, "kvcompress: writing %s failed: %s\n", o.plot, strerror(errno ? errno : EIO));
+        return 1;
+    }
     if (noisy)
         printf("warning: %d case(s) with a spread of more than 1.5x between the fastest and slowest call: the machine was "
                "busy or its clocks moved; take the figures with care or run again\n",

@@ -118,7 +118,13 @@ def main(argv=None):
     ap.add_argument("--plot")
     ap.add_argument("--host", action="store_true", help="the host cost table instead of kernel times")
     args = ap.parse_args(argv)
-    import torch
+    try:
+        import torch
+    except ImportError:
+        print("python -m kvcompress.bench compares the CUDA backend with PyTorch and needs torch with a CUDA GPU "
+              "(pip install torch).  Without them: `kvcompress bench` (the CLI; CPU where there is no GPU) times "
+              "every backend, and `kvcompress bench --plot FILE.svg` draws x_floor per case.", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("python -m kvcompress.bench needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
