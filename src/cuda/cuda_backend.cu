@@ -107,34 +107,51 @@ namespace kvc_cuda_d2f {
 } // namespace kvc_cuda_d2f
 namespace ks = kvc_cuda_d2; /* the one-segment kernel's constants */
 
-/* Launch the main kernel of namespace NS: compress_kernel<kf> (kf = 0: the
- * generic one). */
-#define KVC_DEFINE_LAUNCH_MAIN(NS)                                                                        \
-    static void launch_main_##NS(const launch_params &P, unsigned blocks, unsigned threads, size_t smem,   \
-                                 cudaStream_t s, int kf) {                                                 \
-        switch (kf) {                                                                                      \
-        case 1: NS::compress_kernel<1><<<blocks, threads, smem, s>>>(P); break;                            \
-        case 2: NS::compress_kernel<2><<<blocks, threads, smem, s>>>(P); break;                            \
-        case 4: NS::compress_kernel<4><<<blocks, threads, smem, s>>>(P); break;                            \
-        case 8: NS::compress_kernel<8><<<blocks, threads, smem, s>>>(P); break;                            \
-        case 16: NS::compress_kernel<16><<<blocks, threads, smem, s>>>(P); break;                          \
-        default: NS::compress_kernel<0><<<blocks, threads, smem, s>>>(P); break;                           \
-        }                                                                                                  \
-    }
-KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d1)
-KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d1f)
-KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2)
-KVC_DEFINE_LAUNCH_MAIN(kvc_cuda_d2f)
+/* Every kernel this backend launches, one entry each: the reachable
+ * (kernel, numerics, dims per thread, body) combinations and nothing else.
+ * The main kernel compress_kernel<KF> has one reduction body of KF full
+ * segments per lane (0: the generic one): with 1 dim per thread a call
+ * takes it only for chunks of 16 full segments on one lane (KF 16), with 2
+ * dims for chunks of 2-16 on two lanes (KF 1, 2, 4, 8); every other shape
+ * runs the generic body.  The one-segment and slice kernels exist for 2
+ * dims per thread; the slice kernels for 1, 2 or 4 chunks of 16 segments,
+ * with the token stride 1024 compiled in or any. */
+typedef void (*kernel_fn)(const launch_params);
+struct main_kernel {
+    int dpt, fast, kf;
+    kernel_fn fn;
+};
+static const main_kernel kMainKernels[] = {
+    {1, 0, 0, kvc_cuda_d1::compress_kernel<0>},   {1, 0, 16, kvc_cuda_d1::compress_kernel<16>},
+    {1, 1, 0, kvc_cuda_d1f::compress_kernel<0>},  {1, 1, 16, kvc_cuda_d1f::compress_kernel<16>},
+    {2, 0, 0, kvc_cuda_d2::compress_kernel<0>},   {2, 0, 1, kvc_cuda_d2::compress_kernel<1>},
+    {2, 0, 2, kvc_cuda_d2::compress_kernel<2>},   {2, 0, 4, kvc_cuda_d2::compress_kernel<4>},
+    {2, 0, 8, kvc_cuda_d2::compress_kernel<8>},   {2, 1, 0, kvc_cuda_d2f::compress_kernel<0>},
+    {2, 1, 1, kvc_cuda_d2f::compress_kernel<1>},  {2, 1, 2, kvc_cuda_d2f::compress_kernel<2>},
+    {2, 1, 4, kvc_cuda_d2f::compress_kernel<4>},  {2, 1, 8, kvc_cuda_d2f::compress_kernel<8>},
+};
+static const kernel_fn kSmallKernels[2] = {kvc_cuda_d2::compress_small_kernel, kvc_cuda_d2f::compress_small_kernel};
+/* [fast][log2 chunks][dense] */
+static const kernel_fn kSliceKernels[2][3][2] = {
+    {{kvc_cuda_d2::slice_kernel<1, 0>, kvc_cuda_d2::slice_kernel<1, 1024>},
+     {kvc_cuda_d2::slice_kernel<2, 0>, kvc_cuda_d2::slice_kernel<2, 1024>},
+     {kvc_cuda_d2::slice_kernel<4, 0>, kvc_cuda_d2::slice_kernel<4, 1024>}},
+    {{kvc_cuda_d2f::slice_kernel<1, 0>, kvc_cuda_d2f::slice_kernel<1, 1024>},
+     {kvc_cuda_d2f::slice_kernel<2, 0>, kvc_cuda_d2f::slice_kernel<2, 1024>},
+     {kvc_cuda_d2f::slice_kernel<4, 0>, kvc_cuda_d2f::slice_kernel<4, 1024>}}};
+static const kernel_fn kSliceFinish[2][3] = {
+    {kvc_cuda_d2::slice_finish_kernel<1>, kvc_cuda_d2::slice_finish_kernel<2>, kvc_cuda_d2::slice_finish_kernel<4>},
+    {kvc_cuda_d2f::slice_finish_kernel<1>, kvc_cuda_d2f::slice_finish_kernel<2>, kvc_cuda_d2f::slice_finish_kernel<4>}};
 
-/* The slice kernels for nch chunks per window (cuda_slice.cuh): the token
- * stride 1024 (dense rows) compiled in, or any. */
-typedef void (*slice_fn)(const launch_params);
-template <int NCH> static slice_fn pick_slice(int fastnum, int dense) {
-    return fastnum ? (dense ? kvc_cuda_d2f::slice_kernel<NCH, 1024> : kvc_cuda_d2f::slice_kernel<NCH, 0>)
-                   : (dense ? kvc_cuda_d2::slice_kernel<NCH, 1024> : kvc_cuda_d2::slice_kernel<NCH, 0>);
-}
-template <int NCH> static slice_fn pick_finish(int fastnum) {
-    return fastnum ? kvc_cuda_d2f::slice_finish_kernel<NCH> : kvc_cuda_d2::slice_finish_kernel<NCH>;
+/* The main kernel for (dpt, fast, kf): its own body where the list has one, else the generic one. */
+static kernel_fn main_kernel_for(int dpt, int fast, int kf) {
+    kernel_fn generic = NULL;
+    for (const main_kernel &k : kMainKernels) {
+        if (k.dpt != dpt || k.fast != fast) continue;
+        if (k.kf == kf) return k.fn;
+        if (k.kf == 0) generic = k.fn;
+    }
+    return generic;
 }
 
 /* ---- host side --------------------------------------------------------- */
@@ -548,10 +565,8 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         const unsigned blocks = (unsigned)(nout * 8 * nch);
         P.ahead = (long long)sm_count(dev) * KVC_CUDA_SLICE_CTAS_PER_SM / (8 * nch);
         const int dense = a->state_stride_token == 1024; /* TS: the token stride at compile time */
-        void (*slice_k)(const launch_params) =
-            nch == 1 ? pick_slice<1>(fastnum, dense) : nch == 2 ? pick_slice<2>(fastnum, dense) : pick_slice<4>(fastnum, dense);
-        void (*finish_k)(const launch_params) =
-            nch == 1 ? pick_finish<1>(fastnum) : nch == 2 ? pick_finish<2>(fastnum) : pick_finish<4>(fastnum);
+        const int lg = nch == 1 ? 0 : nch == 2 ? 1 : 2;
+        const kernel_fn slice_k = kSliceKernels[fastnum][lg][dense], finish_k = kSliceFinish[fastnum][lg];
         slice_k<<<blocks, 256, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         /* the finisher: programmatic dependent launch (sm_90), so that its
@@ -577,8 +592,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);
     if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
-        if (fastnum) kvc_cuda_d2f::compress_small_kernel<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
-        else ks::compress_small_kernel<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
+        kSmallKernels[fastnum]<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
@@ -586,12 +600,8 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     /* every chunk kk = ch / L full segments on the fast path: a kernel with
      * only that body (1/8 of the code, and faster) */
     const int kf = P.fast && full ? (int)(ch / L) : 0;
-    if (dpt == 1)
-        (fastnum ? launch_main_kvc_cuda_d1f : launch_main_kvc_cuda_d1)(P, (unsigned)blocks, (unsigned)(kvc_cuda_d1::kDG * L),
-                                                                     smem, stream, kf);
-    else
-        (fastnum ? launch_main_kvc_cuda_d2f : launch_main_kvc_cuda_d2)(P, (unsigned)blocks, (unsigned)(kvc_cuda_d2::kDG * L),
-                                                                     smem, stream, kf);
+    const unsigned threads = (unsigned)((dpt == 1 ? kvc_cuda_d1::kDG : kvc_cuda_d2::kDG) * L);
+    main_kernel_for(dpt, fastnum, kf)<<<(unsigned)blocks, threads, smem, stream>>>(P);
     if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
     return KVC_OK;
 }
