@@ -193,15 +193,13 @@ static int buffers_checked(cl_command_queue q, const kvc_kit_dev_args *x) {
 
 int main(int argc, char **argv) {
     const int nq = argc > 1 ? atoi(argv[1]) : 300, nc = argc > 2 ? atoi(argv[2]) : 40;
-    cl_command_queue kq = (cl_command_queue)kvc_kit_opencl_queue();
-    if (!kq || !kvc_backend_available(KVC_BACKEND_OPENCL)) {
+    cl_context ctx;
+    cl_device_id dev;
+    cl_command_queue kq = (cl_command_queue)kvc_kit_opencl_queue_of((void **)&ctx, (void **)&dev);
+    if (!kq) {
         printf("SKIP: no OpenCL device\n");
         return TU_SKIP;
     }
-    cl_context ctx;
-    cl_device_id dev;
-    clGetCommandQueueInfo(kq, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL);
-    clGetCommandQueueInfo(kq, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
     char msg[256];
     if (kvc_kit_case_with_cpu(kSpec, &g_host, &g_cpu_rows, msg, sizeof msg) != 0) {
         printf("FAIL case: %s\n", msg);

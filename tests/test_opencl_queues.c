@@ -134,15 +134,13 @@ static int out_of_order_refused(cl_context ctx, cl_device_id dev, ocl_case *x) {
 
 int main(int argc, char **argv) {
     const int iters = argc > 1 ? atoi(argv[1]) : 12;
-    cl_command_queue kq = (cl_command_queue)kvc_kit_opencl_queue();
-    if (!kq || !kvc_backend_available(KVC_BACKEND_OPENCL)) {
+    cl_context ctx;
+    cl_device_id dev;
+    cl_command_queue kq = (cl_command_queue)kvc_kit_opencl_queue_of((void **)&ctx, (void **)&dev);
+    if (!kq) {
         printf("SKIP: no OpenCL device\n");
         return TU_SKIP;
     }
-    cl_context ctx;
-    cl_device_id dev;
-    clGetCommandQueueInfo(kq, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL);
-    clGetCommandQueueInfo(kq, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL);
     ocl_case cs[NCASES];
     for (int i = 0; i < NCASES; i++)
         if (make_case(kSpecs[i], &cs[i])) return 1;

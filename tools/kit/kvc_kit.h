@@ -102,6 +102,9 @@ kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_sta
 extern const kvc_kit_mem kvc_kit_cuda_mem, kvc_kit_opencl_mem;
 /** The kit's OpenCL profiling queue (a cl_command_queue), created on first use; NULL without a device. */
 void *kvc_kit_opencl_queue(void);
+/* The kit's queue with its context and device (cl_context, cl_device_id);
+ * NULL where no OpenCL device is usable by the library. */
+void *kvc_kit_opencl_queue_of(void **ctx, void **dev);
 /* kvc_kit_opencl_mem's buffers and reads in another context and queue from
  * now on (cl_context, cl_command_queue); NULL, NULL: the kit's own again. */
 void kvc_kit_opencl_use(void *ctx, void *queue);

@@ -76,6 +76,13 @@ kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_sta
 
 void *kvc_kit_opencl_queue(void) { return setup() == 0 ? (void *)g_q : NULL; }
 
+void *kvc_kit_opencl_queue_of(void **ctx, void **dev) {
+    if (setup() != 0 || !kvc_backend_available(KVC_BACKEND_OPENCL)) return NULL;
+    *ctx = (void *)g_ctx;
+    *dev = (void *)g_dev;
+    return (void *)g_q;
+}
+
 void kvc_kit_opencl_use(void *ctx, void *queue) {
     if (setup() != 0) return;
     static cl_context own_ctx;
