@@ -118,8 +118,8 @@ int main(int argc, char **argv) {
     }
 
     /* stream churn */
-    long rss0 = 0;
-    size_t dev0 = 0;
+    long rss0 = tu_rss_kib(); /* (retaken after the first quarter) */
+    size_t dev0 = device_used();
     for (int i = 0; i < n && failures < 3; i++) {
         cudaStream_t s;
         TC_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -64,7 +64,7 @@ static int call_once(cl_command_queue q, const kvc_kit_dev_args *x, const char *
 /* n queues of one context, one after another, each called on and released. */
 static int queue_churn(cl_context ctx, cl_device_id dev, const kvc_kit_dev_args *x, int n) {
     int failures = 0;
-    long rss_early = 0;
+    long rss_early = tu_rss_kib(); /* (retaken after the first rounds) */
     for (int i = 0; i < n && failures < 3; i++) {
         cl_int err;
         cl_command_queue q = clCreateCommandQueue(ctx, dev, 0, &err);
@@ -90,7 +90,7 @@ static int queue_churn(cl_context ctx, cl_device_id dev, const kvc_kit_dev_args 
 /* n contexts, one after another: the case uploaded to each, called, all released. */
 static int context_churn(cl_device_id dev, int n) {
     int failures = 0;
-    long rss_early = 0;
+    long rss_early = tu_rss_kib(); /* (retaken after the first rounds) */
     const int warm = n / 2;
     for (int i = 0; i < n && failures < 3; i++) {
         cl_int err;

@@ -55,6 +55,7 @@
 #include "kvc_canon.h"
 #include "kvc_check.h"
 #include "kvc_backend.h"
+#include "kvc_registry.h"
 
 #include "cuda_tuning.h"
 
@@ -173,28 +174,23 @@ static kernel_fn main_kernel_for(int dpt, int fast, int kf) {
  * flight).  An entry used under a stream capture is never freed: a graph
  * captured there may replay on its workspace at any time. */
 typedef struct device_ws {
-    struct device_ws *next;
+    kvc_reg_entry reg;    /* key (device, stream, thread for cudaStreamPerThread); first member */
     int dev;
-    cudaStream_t stream;
-    pthread_t thread;
     pthread_mutex_t call; /* held by a call from the workspace's growth to its last launch */
     void *buf;
     size_t gen_cap;   /* bytes after the status word for the other kernels' tickets and chunk states */
     size_t slice_cap; /* bytes of the slice area after those: every word EMPTY (all bits set) between calls */
     void **old;       /* buffers the workspace outgrew (a graph may still use them), freed with the entry */
     int nold;
-    int users;        /* calls in flight (g_ws_lock) */
     int captured;     /* used under a stream capture: kept for good */
     cudaEvent_t done; /* recorded after each call's last launch (NULL before the first) */
-    unsigned long long last_use;
 } device_ws;
 
 static pthread_mutex_t g_ws_lock = PTHREAD_MUTEX_INITIALIZER;
-static device_ws *g_ws;
-static int g_nws;
-static unsigned long long g_ws_clock;
+static kvc_registry g_ws; /* under g_ws_lock */
 
-static void ws_free(device_ws *w) {
+static void ws_free(kvc_reg_entry *r) {
+    device_ws *w = (device_ws *)r;
     int prev = -1;
     if (cudaGetDevice(&prev) == cudaSuccess && prev != w->dev) cudaSetDevice(w->dev);
     if (w->buf) cudaFree(w->buf);
@@ -207,61 +203,39 @@ static void ws_free(device_ws *w) {
     free(w);
 }
 
-/* Free the least recently used idle entries while more than
- * KVC_CUDA_STREAMS_KEPT exist.  Caller holds g_ws_lock. */
-static void ws_sweep_locked(void) {
-    while (g_nws > KVC_CUDA_STREAMS_KEPT) {
-        device_ws **victim = NULL;
-        for (device_ws **pw = &g_ws; *pw; pw = &(*pw)->next) {
-            device_ws *w = *pw;
-            if (w->users || w->captured || (victim && (*victim)->last_use <= w->last_use)) continue;
-            if (w->done) {
-                const cudaError_t q = cudaEventQuery(w->done);
-                if (q != cudaSuccess) {
-                    cudaGetLastError();
-                    continue;
-                }
-            }
-            victim = pw;
-        }
-        if (!victim) return;
-        device_ws *w = *victim;
-        *victim = w->next;
-        g_nws--;
-        ws_free(w);
-    }
+/* An entry may go once its last call's work is done, unless a graph was captured on it. */
+static int ws_idle(kvc_reg_entry *r) {
+    const device_ws *w = (const device_ws *)r;
+    if (w->captured) return 0;
+    if (!w->done) return 1;
+    const cudaError_t q = cudaEventQuery(w->done);
+    cudaGetLastError();
+    return q == cudaSuccess;
 }
 
 /* The entry of (dev, stream), created if `create`, with one more call in
  * flight on it (ws_release() after the call's last launch); NULL if none.
  * Caller holds g_ws_lock. */
 static device_ws *ws_acquire_locked(int dev, cudaStream_t stream, int create) {
-    const int per_thread = stream == cudaStreamPerThread;
-    const pthread_t self = pthread_self();
-    device_ws *w = g_ws;
-    while (w && !(w->dev == dev && w->stream == stream && (!per_thread || pthread_equal(w->thread, self)))) w = w->next;
-    if (!w && create) {
-        ws_sweep_locked();
-        w = (device_ws *)calloc(1, sizeof *w);
-        if (!w) return NULL;
-        pthread_mutex_init(&w->call, NULL);
-        w->dev = dev;
-        w->stream = stream;
-        w->thread = self;
-        w->next = g_ws;
-        g_ws = w;
-        g_nws++;
-    }
-    if (w) {
-        w->users++;
-        w->last_use = ++g_ws_clock;
-    }
+    const void *k0 = (const void *)(intptr_t)dev, *k2 =
+        stream == cudaStreamPerThread ? (const void *)(uintptr_t)pthread_self() : NULL;
+    device_ws *w = (device_ws *)kvc_reg_acquire(&g_ws, k0, stream, k2);
+    if (w || !create) return w;
+    kvc_reg_sweep(&g_ws, KVC_CUDA_STREAMS_KEPT, ws_idle, ws_free);
+    w = (device_ws *)calloc(1, sizeof *w);
+    if (!w) return NULL;
+    pthread_mutex_init(&w->call, NULL);
+    w->dev = dev;
+    w->reg.key[0] = k0;
+    w->reg.key[1] = stream;
+    w->reg.key[2] = k2;
+    kvc_reg_add(&g_ws, &w->reg);
     return w;
 }
 
 static void ws_release(device_ws *w) {
     pthread_mutex_lock(&g_ws_lock);
-    w->users--;
+    kvc_reg_release(&g_ws, &w->reg);
     pthread_mutex_unlock(&g_ws_lock);
 }
 

@@ -22,6 +22,7 @@
 
 #include "kvc_check.h"
 #include "kvc_backend.h"
+#include "kvc_registry.h"
 #include "kvc_cl_shared.h"
 #include "opencl_tuning.h"
 #include "ptx_tune.h"
@@ -36,7 +37,7 @@ extern const char kvc_opencl_source[];
  * released context is let go (and one still in use rebuilds its program on
  * its next call). */
 typedef struct cl_entry {
-    struct cl_entry *next;
+    kvc_reg_entry reg; /* key (context, device); first member          */
     cl_context ctx;
     cl_device_id dev;
     cl_program prog;
@@ -47,7 +48,6 @@ typedef struct cl_entry {
     cl_kernel slice[2]; /* C = 128 / 256 / 512 (kvc_slice.cl): any stride, 1024 */
     cl_kernel finish;   /* after slice[]: one group per output            */
     cl_uint units;     /* compute units                                  */
-    unsigned long long last_use;
 } cl_entry;
 
 /* What one command queue's calls use, in queue order: the library-owned
@@ -62,11 +62,10 @@ typedef struct cl_entry {
  * enqueues its commands, so that two threads' calls on one queue never
  * interleave on it. */
 typedef struct cl_queue_ws {
-    struct cl_queue_ws *next;
+    kvc_reg_entry reg; /* key (queue, context); first member; calls in
+                          flight counted there (under g_lock)           */
     cl_command_queue q;
     cl_entry *ent;
-    int users;         /* calls in flight (under g_lock)                 */
-    unsigned long long last_use;
     pthread_mutex_t call;
     cl_mem status;     /* library-owned status word                     */
     cl_mem states;     /* chunk states [outputs][nchunk][3][512] floats */
@@ -75,10 +74,7 @@ typedef struct cl_queue_ws {
     size_t tickets_bytes;
 } cl_queue_ws;
 
-static cl_entry *g_entries;
-static cl_queue_ws *g_queues;
-static int g_nentries, g_nqueues;
-static unsigned long long g_clock;
+static kvc_registry g_entries, g_queues; /* under g_lock */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static kvc_status cl_fail(cl_int err, const char *what) {
@@ -259,10 +255,8 @@ static kvc_status entry_make_locked(cl_context ctx, cl_device_id dev, cl_entry *
         clReleaseProgram(prog);
         return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "OpenCL: no host memory for a program entry");
     }
-    *e = (cl_entry){g_entries, ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish, units, 0};
+    *e = (cl_entry){{NULL, {ctx, dev, NULL}, 0, 0}, ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish, units};
     clRetainContext(ctx);
-    g_entries = e;
-    g_nentries++;
     *out = e;
     return KVC_OK;
 }
@@ -279,59 +273,27 @@ static void entry_free(cl_entry *e) {
     free(e);
 }
 
-static void queue_free(cl_queue_ws *w) {
+static void queue_drop(kvc_reg_entry *r) {
+    cl_queue_ws *w = (cl_queue_ws *)r;
     if (w->status) clReleaseMemObject(w->status);
     if (w->states) clReleaseMemObject(w->states);
     if (w->tickets) clReleaseMemObject(w->tickets);
     pthread_mutex_destroy(&w->call);
     free(w);
-    g_nqueues--;
 }
 
-/* Unlink and free the workspaces of entry e (all, or e = NULL: the one least
- * recently used) that no call is in flight on.  @return how many.  Caller
- * holds g_lock. */
-static int queues_free_locked(const cl_entry *e) {
-    cl_queue_ws **lru = NULL;
-    int freed = 0;
-    for (cl_queue_ws **pw = &g_queues; *pw;) {
-        cl_queue_ws *w = *pw;
-        if (w->users == 0 && e && w->ent == e) {
-            *pw = w->next;
-            queue_free(w);
-            freed++;
-            continue;
-        }
-        if (w->users == 0 && !e && (!lru || w->last_use < (*lru)->last_use)) lru = pw;
-        pw = &w->next;
-    }
-    if (lru) {
-        cl_queue_ws *w = *lru;
-        *lru = w->next;
-        queue_free(w);
-        freed++;
-    }
-    return freed;
+static int queue_of_entry(kvc_reg_entry *r, const void *ent) { return ((cl_queue_ws *)r)->ent == ent; }
+
+/* An entry may go when no call is in flight on any of its queues. */
+static int entry_idle(kvc_reg_entry *r) {
+    for (kvc_reg_entry *q = g_queues.head; q; q = q->next)
+        if (q->users > 0 && queue_of_entry(q, r)) return 0;
+    return 1;
 }
 
-/* Past the number kept, free the least recently used entries, each with
- * its workspaces (only where no call is in flight on any of its queues).
- * Caller holds g_lock. */
-static void entries_sweep_locked(void) {
-    while (g_nentries >= KVC_OPENCL_CONTEXTS_KEPT) {
-        cl_entry **lru = NULL;
-        for (cl_entry **pe = &g_entries; *pe; pe = &(*pe)->next) {
-            int busy = 0;
-            for (cl_queue_ws *w = g_queues; w && !busy; w = w->next) busy = w->ent == *pe && w->users > 0;
-            if (!busy && (!lru || (*pe)->last_use < (*lru)->last_use)) lru = pe;
-        }
-        if (!lru) return;
-        cl_entry *e = *lru;
-        queues_free_locked(e);
-        *lru = e->next;
-        entry_free(e);
-        g_nentries--;
-    }
+static void entry_drop(kvc_reg_entry *r) {
+    kvc_reg_drop_if(&g_queues, queue_of_entry, r, queue_drop);
+    entry_free((cl_entry *)r);
 }
 
 /* The workspace of queue q, made on its first call (the program of its
@@ -350,14 +312,13 @@ static kvc_status queue_acquire(cl_command_queue q, cl_queue_ws **out) {
         pthread_mutex_unlock(&g_lock);
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->stream is not a valid cl_command_queue (error %d)", (int)err);
     }
-    for (cl_queue_ws *w = g_queues; w; w = w->next)
-        if (w->q == q && w->ent->ctx == ctx) {
-            w->users++;
-            w->last_use = w->ent->last_use = ++g_clock;
-            pthread_mutex_unlock(&g_lock);
-            *out = w;
-            return KVC_OK;
-        }
+    cl_queue_ws *found = (cl_queue_ws *)kvc_reg_acquire(&g_queues, q, ctx, NULL);
+    if (found) {
+        found->ent->reg.last_use = ++g_entries.clock;
+        pthread_mutex_unlock(&g_lock);
+        *out = found;
+        return KVC_OK;
+    }
     if ((err = clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof dev, &dev, NULL)) != CL_SUCCESS ||
         (err = clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL)) != CL_SUCCESS)
         st = kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->stream is not a valid cl_command_queue (error %d)", (int)err);
@@ -368,15 +329,17 @@ static kvc_status queue_acquire(cl_command_queue q, cl_queue_ws **out) {
         pthread_mutex_unlock(&g_lock);
         return st;
     }
-    cl_entry *ent = g_entries;
-    while (ent && !(ent->ctx == ctx && ent->dev == dev)) ent = ent->next;
-    if (!ent) entries_sweep_locked();
-    if (!ent && (st = entry_make_locked(ctx, dev, &ent)) != KVC_OK) {
-        pthread_mutex_unlock(&g_lock);
-        return st;
+    cl_entry *ent = (cl_entry *)kvc_reg_acquire(&g_entries, ctx, dev, NULL);
+    if (!ent) {
+        kvc_reg_sweep(&g_entries, KVC_OPENCL_CONTEXTS_KEPT, entry_idle, entry_drop);
+        if ((st = entry_make_locked(ctx, dev, &ent)) != KVC_OK) {
+            pthread_mutex_unlock(&g_lock);
+            return st;
+        }
+        kvc_reg_add(&g_entries, &ent->reg);
     }
-    while (g_nqueues >= KVC_OPENCL_QUEUES_KEPT && queues_free_locked(NULL)) {
-    }
+    kvc_reg_release(&g_entries, &ent->reg); /* (an entry's calls are its queues') */
+    kvc_reg_sweep(&g_queues, KVC_OPENCL_QUEUES_KEPT, NULL, queue_drop);
     cl_queue_ws *w = calloc(1, sizeof *w);
     err = CL_SUCCESS;
     cl_mem status = w ? clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(kvc_cl_status), NULL, &err) : NULL;
@@ -392,15 +355,13 @@ static kvc_status queue_acquire(cl_command_queue q, cl_queue_ws **out) {
         pthread_mutex_unlock(&g_lock);
         return st;
     }
+    w->reg.key[0] = q;
+    w->reg.key[1] = ctx;
     w->q = q;
     w->ent = ent;
-    w->users = 1;
-    w->last_use = ent->last_use = ++g_clock;
     w->status = status;
     pthread_mutex_init(&w->call, NULL);
-    w->next = g_queues;
-    g_queues = w;
-    g_nqueues++;
+    kvc_reg_add(&g_queues, &w->reg);
     pthread_mutex_unlock(&g_lock);
     *out = w;
     return KVC_OK;
@@ -408,7 +369,7 @@ static kvc_status queue_acquire(cl_command_queue q, cl_queue_ws **out) {
 
 static void queue_release(cl_queue_ws *w) {
     pthread_mutex_lock(&g_lock);
-    w->users--;
+    kvc_reg_release(&g_queues, &w->reg);
     pthread_mutex_unlock(&g_lock);
 }
 
