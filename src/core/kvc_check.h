@@ -354,6 +354,28 @@ KVC_FN int kvc_slice_clamps_ok(const kvc_args *a) {
            a->blocks_per_req <= INT64_MAX / a->block_size && a->blocks_per_req * a->block_size >= a->compress_ratio;
 }
 
+/* The GPU kernels' per-output records (floats), the same in CUDA and OpenCL:
+ * a slice record of C = 128 (c[512] and the 8 slices' RMS sums) and a chunk
+ * state (m, den, num of the 512 dims). */
+#define KVC_SLICE_REC 520
+#define KVC_CHUNK_STATE 1536
+
+/** The workspace a GPU call needs, in bytes, for both GPU backends. */
+typedef struct kvc_ws_plan {
+    kvc_i64 tickets;   /* chunked kernels with > 1 chunk a window: an arrival counter per output      */
+    kvc_i64 states;    /* chunk states [outputs][nchunk]; slice kernels with 1 chunk: slice records  */
+    kvc_i64 slice_bad; /* slice kernels: 8 bad-block words per (output, chunk, 64-dim slice)         */
+} kvc_ws_plan;
+
+/** Fill w for num_outputs windows of plan pl, on the slice kernels or not. */
+KVC_FN void kvc_ws_plan_make(const kvc_plan *pl, kvc_i64 num_outputs, int slice, kvc_ws_plan *w) {
+    w->tickets = !slice && pl->nchunk > 1 ? num_outputs * 4 : 0;
+    w->states = slice ? num_outputs * (pl->nchunk == 1 ? KVC_SLICE_REC : pl->nchunk * KVC_CHUNK_STATE) * 4
+                : pl->nchunk > 1 ? num_outputs * pl->nchunk * KVC_CHUNK_STATE * 4
+                                 : 0;
+    w->slice_bad = slice ? num_outputs * 64 * pl->nchunk : 0;
+}
+
 /**
  * The GPU backends' choice of the slice kernels (CUDA cuda_slice.cuh,
  * OpenCL kvc_slice.cl), made once here for both: windows of 16, 32 or 64

@@ -443,15 +443,13 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     /* workspace: the status word (256 B), the other kernels' area (tickets,
      * chunk states), then the slice area at a fixed offset: bad-block words,
      * then slice records (C = 128) or chunk states */
+    static_assert(kvc_cuda_d2::kSliceRec == KVC_SLICE_REC, "the slice record of kvc_check.h");
+    kvc_ws_plan wp;
+    kvc_ws_plan_make(&P.pl, nout, slice, &wp);
     const size_t st_bytes = 256, tk_bytes = ((size_t)nout * 4 + 255) & ~(size_t)255;
-    size_t gen_need = 0, slice_need = 0, slice_bad_bytes = 0;
-    if (slice) {
-        slice_bad_bytes = ((size_t)nout * 64 * P.pl.nchunk + 255) & ~(size_t)255;
-        slice_need = slice_bad_bytes + (P.pl.nchunk == 1 ? (size_t)nout * kvc_cuda_d2::kSliceRec * 4
-                                                         : (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4);
-    } else {
-        gen_need = tk_bytes + (P.pl.nchunk > 1 ? (size_t)nout * (size_t)P.pl.nchunk * 3 * 512 * 4 : 0);
-    }
+    const size_t slice_bad_bytes = ((size_t)wp.slice_bad + 255) & ~(size_t)255;
+    const size_t gen_need = slice ? 0 : tk_bytes + (size_t)wp.states;
+    const size_t slice_need = slice ? slice_bad_bytes + (size_t)wp.states : 0;
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_acquire_locked(dev, stream, 1);
     pthread_mutex_unlock(&g_ws_lock);

@@ -468,12 +468,14 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     /* workspace: chunk states (slice kernels: c records or chunk states,
      * then a check record per output),
      * tickets (slice kernels: two bad-block words per group) */
-    const size_t states_bytes = slice ? (size_t)a->num_outputs *
-                                            (size_t)((pl.nchunk == 1 ? KVC_CL_SLICE_REC : pl.nchunk * KVC_CL_CHUNK_STATE) +
-                                                     KVC_CL_CHECK_REC) * 4
-                                : shared_states ? (size_t)a->num_outputs * (size_t)pl.nchunk * KVC_CL_CHUNK_STATE * sizeof(float)
+    _Static_assert(KVC_CL_SLICE_REC == KVC_SLICE_REC && KVC_CL_CHUNK_STATE == KVC_CHUNK_STATE,
+                   "the records of kvc_check.h");
+    kvc_ws_plan wp;
+    kvc_ws_plan_make(&pl, a->num_outputs, slice, &wp);
+    const size_t states_bytes = slice ? (size_t)wp.states + (size_t)a->num_outputs * KVC_CL_CHECK_REC * 4
+                                : shared_states ? (size_t)wp.states
                                                 : 16;
-    const size_t tickets_bytes = slice ? (size_t)pl.groups * 8 : (size_t)a->num_outputs * 4;
+    const size_t tickets_bytes = slice ? (size_t)wp.slice_bad : (size_t)a->num_outputs * 4;
 
     st = grow(ent->ctx, &ws->states, &ws->states_bytes, states_bytes, "chunk-state");
     if (st == KVC_OK) st = grow(ent->ctx, &ws->tickets, &ws->tickets_bytes, tickets_bytes, "ticket");
