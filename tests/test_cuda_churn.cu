@@ -35,6 +35,14 @@ static int bytes_ok(dev_case *x, cudaStream_t s) {
     return memcmp(g_rows, x->cpu_rows, (size_t)x->host.args.num_outputs * KVC_SLOT_BYTES) == 0;
 }
 
+/* A new non-blocking stream and a CUDA exec on it. */
+static void stream_exec(cudaStream_t *s, kvc_exec *ex) {
+    TC_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+    kvc_exec_init(ex);
+    ex->backend = KVC_BACKEND_CUDA;
+    ex->stream = *s;
+}
+
 static int call_once(dev_case *x, cudaStream_t s, int round) {
     kvc_exec ex;
     kvc_exec_init(&ex);
@@ -72,10 +80,7 @@ static int refused(dev_case *x, void *status, uint8_t *kv, kvc_status want, cons
 
 int main(int argc, char **argv) {
     const int n = argc > 1 ? atoi(argv[1]) : 1100;
-    if (!tc_have_gpu()) {
-        printf("SKIP: no CUDA device\n");
-        return 77;
-    }
+    if (!tc_have_gpu()) return tu_skip("no CUDA device");
     dev_case x;
     if (tc_make("reqs=2,tokens=2048,C=128,block=8,kv_block=2,layout=shuffle", &x)) return 1;
     g_rows = (uint8_t *)malloc((size_t)x.host.args.num_outputs * KVC_SLOT_BYTES);
@@ -100,11 +105,8 @@ int main(int argc, char **argv) {
 
     /* a graph captured before the churn */
     cudaStream_t gs;
-    TC_CHECK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
     kvc_exec gex;
-    kvc_exec_init(&gex);
-    gex.backend = KVC_BACKEND_CUDA;
-    gex.stream = gs;
+    stream_exec(&gs, &gex);
     failures += call_once(&x, gs, 0); /* the workspace exists before the capture */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -142,11 +144,8 @@ int main(int argc, char **argv) {
     /* host time of a call, for the record (not a pass condition): back-to-back calls on one stream */
     {
         cudaStream_t s;
-        TC_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         kvc_exec ex;
-        kvc_exec_init(&ex);
-        ex.backend = KVC_BACKEND_CUDA;
-        ex.stream = s;
+        stream_exec(&s, &ex);
         for (int i = 0; i < 100; i++) kvc_compress(&x.d, &ex, NULL);
         TC_CHECK(cudaStreamSynchronize(s));
         struct timespec t0, t1;

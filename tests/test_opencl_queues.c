@@ -137,10 +137,7 @@ int main(int argc, char **argv) {
     cl_context ctx;
     cl_device_id dev;
     cl_command_queue kq = (cl_command_queue)kvc_kit_opencl_queue_of((void **)&ctx, (void **)&dev);
-    if (!kq) {
-        printf("SKIP: no OpenCL device\n");
-        return TU_SKIP;
-    }
+    if (!kq) return tu_skip("no OpenCL device");
     ocl_case cs[NCASES];
     for (int i = 0; i < NCASES; i++)
         if (make_case(kSpecs[i], &cs[i])) return 1;

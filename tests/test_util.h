@@ -11,6 +11,11 @@
 #include "kvc_check.h" /* kvc_resolve_strides */
 
 #define TU_SKIP 77 /* CTest SKIP_RETURN_CODE */
+/* Say why a test skips; @return TU_SKIP. */
+static inline int tu_skip(const char *why) {
+    printf("SKIP: %s\n", why);
+    return TU_SKIP;
+}
 
 static int tu_failures __attribute__((unused)) = 0;
 #define TU_CHECK(cond, ...)                                          \
@@ -32,6 +37,16 @@ static inline int tu_parse_backend(const char *s, kvc_backend *b) {
         fprintf(stderr, "unknown backend %s\n", s);
         return 1;
     }
+    return 0;
+}
+
+/* The case of `spec` (kvc_kit_parse_spec syntax) and the CPU backend's rows
+ * of it (kvc_kit_case_with_cpu); @return 1, or 0 after printing why. */
+int kvc_kit_case_with_cpu(const char *spec, kvc_case *c, uint8_t **cpu_rows, char *msg, size_t msglen);
+static inline int tu_case_with_cpu(const char *spec, kvc_case *c, uint8_t **cpu_rows) {
+    char msg[256];
+    if (kvc_kit_case_with_cpu(spec, c, cpu_rows, msg, sizeof msg) == 0) return 1;
+    printf("FAIL case %s: %s\n", spec, msg);
     return 0;
 }
 
@@ -106,16 +121,12 @@ static inline kvc_status tu_run(const kvc_args *a, const kvc_exec *e, kvc_report
  * tokens, C = 64, block size 8, shuffled table, 2 slots per page; kv_cache
  * poisoned.  @return 1 on success. */
 void kvc_kit_poison(uint8_t *p, size_t n, uint64_t seed);
+int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t msglen);
 static inline int tu_small_case(kvc_case *c, uint64_t seed) {
     kvc_case_params p;
-    memset(&p, 0, sizeof p);
-    p.num_reqs = 2;
-    p.total_tokens = 512;
-    p.compress_ratio = 64;
-    p.block_size = 8;
-    p.shuffle = 1;
+    char msg[128];
+    if (kvc_kit_parse_spec("reqs=2,tokens=512,C=64,block=8,layout=shuffle,kv_block=2", &p, msg, sizeof msg)) return 0;
     p.seed = seed;
-    p.kv_block_size = 2;
     if (kvc_case_generate(&p, 1, c) != KVC_OK) return 0;
     kvc_kit_poison(c->kv_cache, c->kv_cache_bytes, seed);
     return 1;

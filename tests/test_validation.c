@@ -182,14 +182,11 @@ int main(void) {
                      kvc_last_error_message());
         }
         kvc_case_params p;
-        memset(&p, 0, sizeof p);
-        p.num_reqs = 2;
-        p.total_tokens = 2048;
-        p.compress_ratio = 128;
-        p.block_size = 8;
+        char msg[128];
         uint64_t bytes = 0;
-        TU_CHECK(kvc_case_host_bytes(&p, &bytes) == KVC_OK && bytes >= 2048ull * 4096, "host bytes of a case: %llu",
-                 (unsigned long long)bytes);
+        TU_CHECK(kvc_kit_parse_spec("reqs=2,tokens=2048,C=128,block=8", &p, msg, sizeof msg) == 0 &&
+                     kvc_case_host_bytes(&p, &bytes) == KVC_OK && bytes >= 2048ull * 4096,
+                 "host bytes of a case: %llu", (unsigned long long)bytes);
     }
     kvc_case_free(&g_case);
     free(g_before);
