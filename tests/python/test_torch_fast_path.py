@@ -113,6 +113,21 @@ def test_refused_arguments(device):
         assert torch.equal(t[8], poison), "a refused call wrote kv_cache"
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_kv_cache_narrower_than_a_page_refused_by_the_extension(device):
+    """A view narrower than 584 * kv_block_size bytes a page: its leading
+    stride is its parent's, so the page would run past the view (issue 49)."""
+    with generate(1, 1024, 128, 8, kv_block_size=2) as c:
+        t = tensors(c, device)
+        parent = torch.full((t[8].shape[0], 37376), 7, dtype=torch.uint8, device=device)
+        for narrow in (parent[:, :100], parent[:1, :0]):
+            u = list(t)
+            u[8] = narrow
+            expect(r"kv_cache: pages of \d+ bytes \(kv_cache.size\(1\)\)", u, kv_block_size=2)
+        assert bool((parent == 7).all()), "a refused call wrote the parent of the kv_cache view"
+        assert _torch.status() == "extension"
+
+
 @cuda
 def test_mixed_devices_refused_by_the_extension():
     with generate(1, 1024, 128, 8) as c:
