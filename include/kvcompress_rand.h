@@ -51,6 +51,13 @@ typedef struct kvc_case_params {
     int huge_pages;          /* 1: the state cache advised onto transparent
                               * huge pages (Linux), as numpy does for large
                               * arrays; still malloc'd, so 16 bytes into a page */
+    int64_t first_position;  /* position of each request's first token (0:
+                              * the contract's cases).  Decode-shaped calls:
+                              * tokens at first_position .. + tokens/reqs - 1,
+                              * a block table over positions 0 .. the last,
+                              * the state holding only the blocks from 2C
+                              * positions before first_position on (the
+                              * earlier entries name the first of them) */
 } kvc_case_params;
 
 /** A generated case: owned host tensors plus args pointing at them. */

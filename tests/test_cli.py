@@ -73,6 +73,10 @@ with tempfile.TemporaryDirectory() as d:
               f"{c['name']} {c['layout']}: bytes, time and GB/s consistent")
     check(sum(1 for l in out.splitlines() if l.startswith("r")) == 6, "one table row per case")
 
+rc, out, err = run("bench", "--backend", "cpu", "--cases", "decode", "--layout", "contig", "--repeat", "1",
+                   "--no-floor")
+check(rc == 0 and "dec_r1024_t4096_c4_b4_fp8_ovl" in out and "dec_r256_t32768_c128_b8_fp8_S2" in out and
+      "8 cases, 0 failed" in out, "bench --cases decode: 8 decode-shaped cases, checked against the CPU bytes")
 rc, out, _ = run("bench", "--help")
 check("%%" not in out, "bench --help prints no literal %%")
 with tempfile.TemporaryDirectory() as d:

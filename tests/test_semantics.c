@@ -225,6 +225,9 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
     p.nope_format = (kvc_nope_format)(variant & 1);
     p.cos_sin_layout = (kvc_cos_sin_layout)((variant >> 1) & 1);
     p.overlap = (C <= 128 && (variant & 4)) ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
+    /* decode-shaped: tokens from a deep position on, the state holding only
+     * the blocks the windows read (the table's earlier entries name another) */
+    p.first_position = (variant & 8) ? 1000 + (int64_t)(seed % 7) : 0;
     kvc_case c;
     if (kvc_case_generate(&p, 0, &c) != KVC_OK) {
         TU_CHECK(0, "generate C=%lld bs=%lld: %s", (long long)C, (long long)bs, kvc_last_error_message());

@@ -149,6 +149,29 @@ int main(void) {
         TU_CHECK(kvc_compress(&a, &ex, NULL) == KVC_ERROR_BAD_PARAMETER, "unknown backend refused");
     }
     TU_CHECK(kvc_version_number() == KVC_VERSION_NUMBER, "version");
+    /* a decode-shaped case (first_position): 64 requests x 1 output at
+     * position 32767, the state holding only the blocks its windows read */
+    {
+        kvc_case_params p;
+        char msg[128];
+        kvc_case c;
+        const int ok = kvc_kit_parse_spec("reqs=64,tokens=256,C=4,block=4,overlap=1,pos0=32764,layout=shuffle", &p,
+                                          msg, sizeof msg) == 0 &&
+                       kvc_case_generate(&p, 1, &c) == KVC_OK;
+        TU_CHECK(ok, "decode case: %s", kvc_last_error_message());
+        if (ok) {
+            const kvc_args *a = &c.args;
+            int bad = a->num_outputs != 64 || a->blocks_per_req != 8192 || a->num_blocks != 64 * 3 ||
+                      a->max_pos != 32768 || kvc_validate(a) != KVC_OK;
+            for (int64_t t = 0; t < a->num_tokens && !bad; t++) bad = a->positions[t] != 32764 + t % 4;
+            for (int64_t i = 0; i < a->num_reqs * a->blocks_per_req && !bad; i++)
+                bad = a->block_table[i] < 0 || a->block_table[i] >= a->num_blocks;
+            for (int64_t o = 0; o < a->num_outputs && !bad; o++) bad = a->positions[a->boundary_token_indices[o]] != 32767;
+            TU_CHECK(!bad, "decode case: %lld outputs, %lld blocks of %lld table entries a request",
+                     (long long)a->num_outputs, (long long)a->num_blocks, (long long)a->blocks_per_req);
+            kvc_case_free(&c);
+        }
+    }
     /* kvc_case_generate refuses absurd parameters at once, before any loop or
      * allocation (issue 49: 2^40 tokens looped over every token; block 2^62,
      * kv_block 2^60 and score_shift 2^31 - 1 overflowed signed integers) */

@@ -47,13 +47,15 @@ static const char *USAGE_BENCH =
     "read bandwidth, check.\n"
     "\n"
     "  --backend auto|cpu|cuda|opencl   default auto (best available)\n"
-    "  --cases headline|quick|engine|golden|CASE\n"
+    "  --cases headline|quick|engine|decode|golden|CASE\n"
     "                 headline: the 12 headline cases (default)\n"
     "                 quick: 3 small cases;  engine: C4 overlap FP8 (2048, 8192,\n"
     "                 32768 outputs) + C128 FP8 S=2 at 8k, 32k, 131k tokens\n"
+    "                 decode: B requests x 1 output at position 32767: C4 overlap\n"
+    "                 FP8, B = 1..1024, and C128 FP8 S=2, B = 8..256\n"
     "                 golden: the cases of the golden manifests\n"
     "                 CASE: reqs=8,tokens=131072,C=128,block=8,layout=shuffle\n"
-    "                       [,kv_block=S,format=fp8,overlap=1,cos_sin=interleaved]\n"
+    "                       [,kv_block=S,format=fp8,overlap=1,cos_sin=interleaved,pos0=P]\n"
     "  --layout contig|shuffle|both     default both\n"
     "  --repeat N       timed calls per case (default: 100 on a GPU; on the CPU at\n"
     "                   least 10 calls and 0.5 s of them)\n"
@@ -185,7 +187,8 @@ static int add_case(bench_case *list, int n, int cap, const kvc_case_params *p) 
     if (n >= cap) return n;
     list[n].p = *p;
     const kvc_case_params *q = &list[n].p;
-    snprintf(list[n].name, sizeof list[n].name, "r%lld_t%lld_c%lld_b%lld%s%s%s%s", (long long)q->num_reqs,
+    snprintf(list[n].name, sizeof list[n].name, "%sr%lld_t%lld_c%lld_b%lld%s%s%s%s", q->first_position ? "dec_" : "",
+             (long long)q->num_reqs,
              (long long)q->total_tokens, (long long)q->compress_ratio, (long long)q->block_size,
              q->nope_format ? "_fp8" : "", q->overlap ? "_ovl" : "", q->cos_sin_layout ? "_il" : "",
              q->kv_block_size && q->kv_block_size != 64 ? "_S" : "");
@@ -245,6 +248,31 @@ static int build_cases(const char *set, const char *layout, uint64_t seed, const
         }
         return n;
     }
+    if (!strcmp(set, "decode")) {
+        /* decode steps: B requests x 1 output, each window ending at
+         * position 32767 (the state holds only the blocks the windows
+         * read): C4 overlap FP8 (the main compressor of a CSA layer) for B =
+         * 1, 8, 64, 256, 1024, and C128 FP8 with 2 slots a page (HCA) for B
+         * = 8, 64, 256.  (The indexer's rows come with its formats.) */
+        static const long long dc[8][2] = {{4, 1}, {4, 8}, {4, 64}, {4, 256}, {4, 1024}, {128, 8}, {128, 64}, {128, 256}};
+        for (int l = 0; l < nl; l++)
+            for (int i = 0; i < 8; i++) {
+                const int c4 = dc[i][0] == 4;
+                memset(&p, 0, sizeof p);
+                p.num_reqs = dc[i][1];
+                p.total_tokens = dc[i][1] * dc[i][0];
+                p.compress_ratio = dc[i][0];
+                p.first_position = 32768 - dc[i][0];
+                p.block_size = c4 ? 4 : 8;
+                p.overlap = c4 ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
+                p.nope_format = KVC_NOPE_FP8_E4M3;
+                p.kv_block_size = c4 ? 64 : 2;
+                p.shuffle = layouts[l];
+                p.seed = seed + (uint64_t)i;
+                n = add_case(list, n, cap, &p);
+            }
+        return n;
+    }
     if (!strcmp(set, "golden")) {
         kvc_golden_case *g = NULL;
         const char *dir = find_golden();
@@ -264,7 +292,7 @@ static int build_cases(const char *set, const char *layout, uint64_t seed, const
     }
     char msg[256];
     if (!strchr(set, '=')) {
-        fprintf(stderr, "kvcompress: --cases %s: expected headline, quick, engine, golden or a spec\n", set);
+        fprintf(stderr, "kvcompress: --cases %s: expected headline, quick, engine, decode, golden or a spec\n", set);
         return -1;
     }
     if (kvc_kit_parse_spec(set, &p, msg, sizeof msg) != 0) {

@@ -5,6 +5,7 @@ the statement (kvcompress.reference) on the 12 headline cases, docs/CONTRACT.md 
     python -m kvcompress.bench [--layout contig|shuffle|both] [--repeat N]
                                [--json FILE] [--plot FILE.png]
     python -m kvcompress.bench --host [--json FILE]
+    python -m kvcompress.bench --cases decode [--layout L] [--json FILE]
 
 --host: the host cost of one call (docs/CONTRACT.md section 6: back-to-back eager calls, the
 same run) on a small case (1 request, 1024 tokens, C=128: 8 outputs),
@@ -19,6 +20,10 @@ import sys
 import numpy as np
 
 HEADLINE = [(1, 8192), (4, 32768), (8, 65536), (8, 131072)]
+# the decode set of `kvcompress bench --cases decode`: (C, requests) with one
+# output a request at position 32767; C4: overlap FP8, block 4, 64 slots a
+# page; C128: FP8, block 8, 2 slots a page
+DECODE = [(4, 1), (4, 8), (4, 64), (4, 256), (4, 1024), (128, 8), (128, 64), (128, 256)]
 
 
 WARMUP = 10  # calls before timing (the PyTorch program's first calls grow its allocator's pool)
@@ -109,6 +114,40 @@ def host_main(json_path):
     return 0
 
 
+def decode_main(args):
+    """The decode set: kvcompress's time per call (CUDA events, L2 flushed)
+    against the floor of its bytes (the window rows and the slots, at the read
+    bandwidth measured in the same run)."""
+    import torch
+
+    import kvcompress
+    from kvcompress.rand import generate
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    bw = _read_bw(flush)
+    layouts = ["contig", "shuffle"] if args.layout == "both" else [args.layout]
+    print(f"kvcompress {kvcompress.__version__} decode set, {torch.cuda.get_device_name()}, read bandwidth {bw:.0f} GB/s")
+    print(f"{'case':28} {'layout':8} {'kvc_us':>9} {'floor_us':>9} {'x_floor':>8}")
+    rows = []
+    for layout in layouts:
+        for i, (C, reqs) in enumerate(DECODE):
+            c4 = C == 4
+            kw = dict(nope_format="fp8", overlap=c4, kv_block_size=64 if c4 else 2)
+            with generate(reqs, reqs * C, C, 4 if c4 else 8, shuffle=(layout == "shuffle"), seed=1 + i,
+                          first_position=32768 - C, **kw) as case:
+                t = [torch.from_numpy(np.array(x)).cuda() if isinstance(x, np.ndarray) else x for x in case.inputs()]
+                t[5] = t[5].view(torch.bfloat16)
+                us = _time(lambda: kvcompress.c128_256_512_compress(*t, **kw), args.repeat, flush)
+                n = len(case.boundary_token_indices)
+                floor = (n * C * (8192 if c4 else 4096) + n * 584) / (bw * 1e9) * 1e6
+                name = f"dec_r{reqs}_c{C}"
+                rows.append(dict(name=name, layout=layout, kvc_us=us, floor_us=floor, x_floor=us / floor))
+                print(f"{name:28} {layout:8} {us:9.1f} {floor:9.2f} {us / floor:8.2f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(read_bw_gbs=bw, device=torch.cuda.get_device_name(), cases=rows), f, indent=1)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m kvcompress.bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--layout", default="both", choices=["contig", "shuffle", "both"])
@@ -117,6 +156,8 @@ def main(argv=None):
     ap.add_argument("--json")
     ap.add_argument("--plot")
     ap.add_argument("--host", action="store_true", help="the host cost table instead of kernel times")
+    ap.add_argument("--cases", default="headline", choices=["headline", "decode"],
+                    help="decode: kvcompress alone on the decode set, against the floor of its bytes")
     args = ap.parse_args(argv)
     try:
         import torch
@@ -130,6 +171,8 @@ def main(argv=None):
         return 2
     if args.host:
         return host_main(args.json)
+    if args.cases == "decode":
+        return decode_main(args)
     import kvcompress
     from kvcompress.rand import generate, slot_rows
     from kvcompress.reference import reference_compress, conforms

@@ -44,7 +44,7 @@ class GeneratedCase:
 
     def __init__(self, reqs, tokens, C, block, shuffle=False, seed=1, score_shift=0, kv_block_size=64,
                  nope_format="int8", overlap=False, cos_sin_layout="split", value_shifts=(), poison=(),
-                 huge_pages=False):
+                 huge_pages=False, first_position=0):
         if nope_format not in _lib.NOPE_FORMATS:
             raise ValueError(f"nope_format {nope_format!r}: expected int8 or fp8")
         if cos_sin_layout not in _lib.COS_SIN_LAYOUTS:
@@ -60,7 +60,8 @@ class GeneratedCase:
         for name, v, lo, hi in (("reqs", reqs, 1, 2**31 - 1), ("tokens", tokens, 1, 2**63 - 1),
                                 ("C", C, 1, 2**63 - 1), ("block", block, 1, 2**63 - 1),
                                 ("seed", seed, 0, 2**64 - 1), ("score_shift", score_shift, -126, 127),
-                                ("kv_block_size", kv_block_size, 0, 2**63 - 1)):
+                                ("kv_block_size", kv_block_size, 0, 2**63 - 1),
+                                ("first_position", first_position, 0, 2**61)):
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"{name} = {v!r}: expected an integer in [{lo}, {hi}]")
         p.nope_format = _lib.NOPE_FORMATS[nope_format]
@@ -75,6 +76,7 @@ class GeneratedCase:
             poison_arr[i].value = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}.get(val, val)
         p.num_poison = len(poison)
         p.huge_pages = int(bool(huge_pages))  # the state cache on transparent huge pages, as numpy's own arrays
+        p.first_position = first_position
         p.poison = ctypes.cast(poison_arr, ctypes.POINTER(_lib.CasePoison))
         case = _lib.Case()
         st = _L.kvc_case_generate(ctypes.byref(p), 0, ctypes.byref(case))
@@ -117,7 +119,7 @@ class GeneratedCase:
 
 
 def generate(reqs, tokens, C, block, shuffle=False, seed=1, score_shift=0, kv_block_size=64, nope_format="int8",
-             overlap=False, cos_sin_layout="split", value_shifts=(), poison=(), huge_pages=False):
+             overlap=False, cos_sin_layout="split", value_shifts=(), poison=(), huge_pages=False, first_position=0):
     """A kvc-rand v1 case (docs/CONTRACT.md, section 5) as numpy arrays.
 
     reqs requests of tokens / reqs tokens each (tokens must be a multiple of
@@ -126,7 +128,9 @@ def generate(reqs, tokens, C, block, shuffle=False, seed=1, score_shift=0, kv_bl
     [-126, 127]), kv_block_size slots per page; nope_format "int8" or "fp8",
     overlap (C4-style windows, 2048-float rows), cos_sin_layout "split" or
     "interleaved"; value_shifts [(lo, hi, shift)] and poison [(req, pos, col,
-    "nan" | "inf" | "-inf")] as in the golden manifests.
+    "nan" | "inf" | "-inf")] as in the golden manifests; first_position:
+    each request's tokens start there (decode-shaped calls: the state holds
+    only the blocks the windows read).
 
     Returns a :class:`GeneratedCase`: ``case.inputs()`` are the positional
     arguments of :func:`kvcompress.c128_256_512_compress`; the kv_cache is
@@ -136,7 +140,7 @@ def generate(reqs, tokens, C, block, shuffle=False, seed=1, score_shift=0, kv_bl
     return GeneratedCase(reqs, tokens, C, block, shuffle=shuffle, seed=seed, score_shift=score_shift,
                          kv_block_size=kv_block_size, nope_format=nope_format, overlap=overlap,
                          cos_sin_layout=cos_sin_layout, value_shifts=value_shifts, poison=poison,
-                         huge_pages=huge_pages)
+                         huge_pages=huge_pages, first_position=first_position)
 
 
 def slot_rows(kv_cache, num_outputs, kv_block_size=64):

@@ -90,6 +90,7 @@ static void *fill_state(void *arg) {
 /* A case's dimensions, from validated parameters (every product checked). */
 typedef struct {
     int64_t R, per_req, bs, C, bpr, nblocks, width, S, nout, pages;
+    int64_t P0, lo_blk, nb_req, max_pos; /* first position; first logical block held; blocks held a request */
     uint64_t state_elems, kv_bytes, host_bytes;
 } case_dims;
 
@@ -131,13 +132,23 @@ static kvc_status case_dims_of(const kvc_case_params *p, case_dims *d) {
     d->per_req = p->total_tokens / d->R;
     d->bs = p->block_size;
     d->C = p->compress_ratio;
-    d->bpr = d->per_req / d->bs + (d->per_req % d->bs != 0);
+    if (p->first_position < 0 || p->first_position > INT64_MAX / 4 - d->per_req)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "first_position = %lld outside [0, 2^61 - tokens a request]",
+                        (long long)p->first_position);
+    d->P0 = p->first_position;
+    d->max_pos = d->P0 + d->per_req;
+    /* the table covers positions 0 .. max_pos - 1; the state holds the blocks
+     * from the first window's reach (2C rows back) on */
+    d->bpr = d->max_pos / d->bs + (d->max_pos % d->bs != 0);
+    d->lo_blk = (d->P0 > 2 * d->C ? d->P0 - 2 * d->C : 0) / d->bs;
+    d->nb_req = d->bpr - d->lo_blk;
     d->width = p->overlap == KVC_OVERLAP_ON ? 2048 : 1024;
     d->S = p->kv_block_size ? p->kv_block_size : 64;
-    d->nout = d->per_req / d->C * d->R; /* <= total_tokens */
+    /* boundaries: positions P0 + k with (P0 + k + 1) % C == 0 */
+    d->nout = ((d->max_pos / d->C) - (d->P0 / d->C)) * d->R; /* <= total_tokens */
     d->pages = d->nout / d->S + (d->nout % d->S != 0);
     int ok = 1;
-    d->nblocks = muladd(d->R, d->bpr, 0, &ok);
+    d->nblocks = muladd(d->R, d->nb_req, 0, &ok);
     if (ok && d->nblocks > (int64_t)INT32_MAX + 1)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "%lld state blocks: the block table holds int32 block numbers",
                         (long long)d->nblocks);
@@ -146,8 +157,8 @@ static kvc_status case_dims_of(const kvc_case_params *p, case_dims *d) {
     const int64_t kv_bytes = muladd(muladd(d->pages, d->S, 0, &ok), KVC_SLOT_BYTES, 0, &ok);
     int64_t host = muladd(p->total_tokens, 4 + 8 + 8, state_bytes, &ok); /* t2r, positions, slots */
     host = muladd(d->nout, 8, host, &ok);
-    host = muladd(d->nblocks, 4, host, &ok);
-    host = muladd(d->per_req, 64 * 4, host, &ok);
+    host = muladd(muladd(d->R, d->bpr, 0, &ok), 4, host, &ok);
+    host = muladd(d->max_pos, 64 * 4, host, &ok);
     host = muladd(1, kv_bytes, host + 1024, &ok);
     if (!ok || (uint64_t)host > SIZE_MAX)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "a case of %lld tokens (block_size %lld, kv_block_size %lld) needs "
@@ -175,6 +186,7 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
     const kvc_status st = case_dims_of(p, &d);
     if (st != KVC_OK) return st;
     const int64_t R = d.R, per_req = d.per_req, bs = d.bs, C = d.C, bpr = d.bpr, nblocks = d.nblocks;
+    const int64_t P0 = d.P0, lo_blk = d.lo_blk, nb_req = d.nb_req, max_pos = d.max_pos;
     const int64_t width = d.width, S = d.S, nout = d.nout, pages = d.pages;
 
     out->state_elems = (size_t)d.state_elems;
@@ -185,13 +197,15 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
     out->positions = malloc((size_t)p->total_tokens * sizeof(int64_t));
     out->kv_slot_mapping = malloc((size_t)p->total_tokens * sizeof(int64_t));
     out->boundary_token_indices = malloc((size_t)(nout ? nout : 1) * sizeof(int64_t));
-    out->block_table = malloc((size_t)nblocks * sizeof(int32_t));
+    out->block_table = malloc((size_t)(R * bpr) * sizeof(int32_t));
+    int32_t *perm = malloc((size_t)nblocks * sizeof(int32_t));
     out->rms_norm_weight = malloc(512 * sizeof(uint16_t));
-    out->cos_sin_cache = malloc((size_t)per_req * 64 * sizeof(float));
+    out->cos_sin_cache = malloc((size_t)max_pos * 64 * sizeof(float));
     out->kv_cache = calloc(out->kv_cache_bytes ? out->kv_cache_bytes : 1, 1);
     if (!out->state_cache || !out->token_to_req || !out->positions || !out->kv_slot_mapping ||
         !out->boundary_token_indices || !out->block_table || !out->rms_norm_weight || !out->cos_sin_cache ||
-        !out->kv_cache) {
+        !out->kv_cache || !perm) {
+        free(perm);
         kvc_case_free(out);
         return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "no memory for a case of %lld tokens", (long long)p->total_tokens);
     }
@@ -222,26 +236,32 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
     for (int t = 0; t < started; t++) pthread_join(tids[t], NULL);
 
     /* block table */
-    for (int64_t i = 0; i < nblocks; i++) out->block_table[i] = (int32_t)i;
+    for (int64_t i = 0; i < nblocks; i++) perm[i] = (int32_t)i;
     if (p->shuffle)
         for (int64_t i = nblocks - 1; i >= 1; i--) {
             int64_t j = (int64_t)(kvc_rand_u64(p->seed, 1, (uint64_t)i) % (uint64_t)(i + 1));
-            int32_t tmp = out->block_table[i];
-            out->block_table[i] = out->block_table[j];
-            out->block_table[j] = tmp;
+            int32_t tmp = perm[i];
+            perm[i] = perm[j];
+            perm[j] = tmp;
         }
+    /* request r's logical block l >= lo_blk is its held block l - lo_blk;
+     * the blocks before (no window reads them) name its first held block */
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t l = 0; l < bpr; l++)
+            out->block_table[r * bpr + l] = perm[r * nb_req + (l >= lo_blk ? l - lo_blk : 0)];
+    free(perm);
     for (int d = 0; d < 512; d++)
         out->rms_norm_weight[d] = kvc_bf16_bits(1.0f + kvc_rand_f32(p->seed, 2, (uint64_t)d) * 0x1p-4f);
-    for (int64_t n = 0; n < per_req * 64; n++) out->cos_sin_cache[n] = kvc_rand_f32(p->seed, 3, (uint64_t)n) * 0.25f;
+    for (int64_t n = 0; n < max_pos * 64; n++) out->cos_sin_cache[n] = kvc_rand_f32(p->seed, 3, (uint64_t)n) * 0.25f;
 
     int64_t o = 0;
     for (int64_t r = 0; r < R; r++)
         for (int64_t k = 0; k < per_req; k++) {
             int64_t t = r * per_req + k;
             out->token_to_req[t] = (int32_t)r;
-            out->positions[t] = k;
+            out->positions[t] = P0 + k;
             out->kv_slot_mapping[t] = -1;
-            if ((k + 1) % C == 0) {
+            if ((P0 + k + 1) % C == 0) {
                 out->kv_slot_mapping[t] = o;
                 out->boundary_token_indices[o++] = t;
             }
@@ -254,8 +274,8 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
             return kvc_fail(KVC_ERROR_BAD_PARAMETER, "poison[%d] = (%lld, %lld, %lld) out of range", i,
                             (long long)q->req, (long long)q->pos, (long long)q->col);
         }
-        int64_t blk = out->block_table[q->req * bpr + q->pos / bs];
-        out->state_cache[(blk * bs + q->pos % bs) * width + q->col] = q->value;
+        int64_t blk = out->block_table[q->req * bpr + (P0 + q->pos) / bs];
+        out->state_cache[(blk * bs + (P0 + q->pos) % bs) * width + q->col] = q->value;
     }
 
     kvc_args *a = &out->args;
@@ -275,7 +295,7 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
     a->blocks_per_req = bpr;
     a->rms_norm_weight = out->rms_norm_weight;
     a->cos_sin_cache = out->cos_sin_cache;
-    a->max_pos = per_req;
+    a->max_pos = max_pos;
     a->kv_cache = out->kv_cache;
     a->num_pages = pages;
     a->page_stride = S * KVC_SLOT_BYTES;

@@ -309,6 +309,7 @@ int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t m
         else if (!strcmp(k, "C")) p->compress_ratio = x;
         else if (!strcmp(k, "block")) p->block_size = x;
         else if (!strcmp(k, "seed")) p->seed = (uint64_t)x;
+        else if (!strcmp(k, "pos0")) p->first_position = x;
         else if (!strcmp(k, "kv_block")) {
             if (x < 1) {
                 snprintf(msg, msglen, "kv_block=%s: expected >= 1", v);
