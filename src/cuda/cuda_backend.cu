@@ -40,7 +40,10 @@
  *
  * Streams: the workspace and the library's status word belong to the
  * (device, stream) pair of the call, so calls on different streams never
- * share mutable memory (SPEC 2.6).
+ * share mutable memory (SPEC 2.6); they live in a registry
+ * (kvc_registry.h) that frees idle ones past KVC_CUDA_STREAMS_KEPT.  Every
+ * call checks its device tensors against their allocations and a caller's
+ * status word (check_device_memory).
  * Per call the host picks: the kernel (one-segment, or compress_kernel<KF>
  * whose only reduction body is KF full segments per lane, or the generic
  * compress_kernel<0>), the chunk size (~one wave of CTAs), and the dims per

@@ -4,9 +4,12 @@
  * Handles: exec->stream is the cl_command_queue; every tensor pointer of
  * kvc_args holds a cl_mem (cast to the pointer type), the tensor starting at
  * offset 0 of that buffer; exec->device_status, if set, is a cl_mem of at
- * least 40 bytes.  The program is built once per (context, device) and
- * cached; the status word the library owns and the kernels' workspace are
- * one per command queue (SPEC 2.6: calls on two queues never share them).
+ * least 40 bytes, apart from every tensor; each buffer's size is checked
+ * against what the call reaches.  The program is built once per (context,
+ * device) and kept; the status word the library owns and the kernels'
+ * workspace are one per command queue (SPEC 2.6: calls on two queues never
+ * share them).  Both live in registries (kvc_registry.h) that free the
+ * least recently used past KVC_OPENCL_QUEUES_KEPT / _CONTEXTS_KEPT.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
