@@ -39,7 +39,7 @@ typedef struct kvc_case_params {
     int64_t block_size;
     int shuffle;             /* 0: contiguous block table, 1: shuffled      */
     uint64_t seed;
-    int score_shift;         /* scores multiplied by 2^score_shift, [-126, 127] */
+    int score_shift;         /* scores multiplied by 2^score_shift, [-1000, 1000] */
     int64_t kv_block_size;   /* 0 = 64                                      */
     kvc_nope_format nope_format;
     kvc_overlap overlap;

@@ -149,6 +149,32 @@ int main(void) {
         TU_CHECK(kvc_compress(&a, &ex, NULL) == KVC_ERROR_BAD_PARAMETER, "unknown backend refused");
     }
     TU_CHECK(kvc_version_number() == KVC_VERSION_NUMBER, "version");
+    /* value shifts past binary32's exponents (the dsv4 golden cases use
+     * -200): every value times 2^shift, rounded once -- here to +-0 */
+    {
+        kvc_case_params p;
+        char msg[128];
+        kvc_case c0, c1;
+        int ok = kvc_kit_parse_spec("reqs=1,tokens=64,C=64,block=8", &p, msg, sizeof msg) == 0 &&
+                 kvc_case_generate(&p, 1, &c0) == KVC_OK;
+        p.num_value_shifts = 2;
+        p.value_shifts[0].lo = 0, p.value_shifts[0].hi = 32, p.value_shifts[0].shift = -200;
+        p.value_shifts[1].lo = 32, p.value_shifts[1].hi = 33, p.value_shifts[1].shift = -24;
+        ok = ok && kvc_case_generate(&p, 1, &c1) == KVC_OK;
+        TU_CHECK(ok, "value shift -200: %s", kvc_last_error_message());
+        int bad = !ok;
+        for (size_t i = 0; ok && i < c0.state_elems && !bad; i++) {
+            const size_t col = i % 1024;
+            const float want = col < 32 ? copysignf(0.0f, c0.state_cache[i]) : col == 32 ? c0.state_cache[i] * 0x1p-24f
+                                                                                           : c0.state_cache[i];
+            bad = memcmp(&want, &c1.state_cache[i], 4) != 0;
+        }
+        TU_CHECK(!bad, "value shifts -200 and -24: the shifted values are +-0 and exact products");
+        if (ok) {
+            kvc_case_free(&c0);
+            kvc_case_free(&c1);
+        }
+    }
     /* a decode-shaped case (first_position): 64 requests x 1 output at
      * position 32767, the state holding only the blocks its windows read */
     {

@@ -59,7 +59,7 @@ class GeneratedCase:
             raise ValueError(f"generate: {e}") from None
         for name, v, lo, hi in (("reqs", reqs, 1, 2**31 - 1), ("tokens", tokens, 1, 2**63 - 1),
                                 ("C", C, 1, 2**63 - 1), ("block", block, 1, 2**63 - 1),
-                                ("seed", seed, 0, 2**64 - 1), ("score_shift", score_shift, -126, 127),
+                                ("seed", seed, 0, 2**64 - 1), ("score_shift", score_shift, -1000, 1000),
                                 ("kv_block_size", kv_block_size, 0, 2**63 - 1),
                                 ("first_position", first_position, 0, 2**61)):
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -125,7 +125,7 @@ def generate(reqs, tokens, C, block, shuffle=False, seed=1, score_shift=0, kv_bl
     reqs requests of tokens / reqs tokens each (tokens must be a multiple of
     reqs), windows of C tokens, block tokens per state block; shuffle: a
     shuffled block table; seed, score_shift (scores times 2^score_shift,
-    [-126, 127]), kv_block_size slots per page; nope_format "int8" or "fp8",
+    [-1000, 1000]), kv_block_size slots per page; nope_format "int8" or "fp8",
     overlap (C4-style windows, 2048-float rows), cos_sin_layout "split" or
     "interleaved"; value_shifts [(lo, hi, shift)] and poison [(req, pos, col,
     "nan" | "inf" | "-inf")] as in the golden manifests; first_position:

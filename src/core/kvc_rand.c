@@ -1,5 +1,6 @@
 /* kvc_rand.c -- kvc-rand v1 (SPEC 5) and the case builder. */
 #define _DEFAULT_SOURCE /* madvise under -std=c11 */
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #if defined(__linux__)
@@ -70,8 +71,8 @@ typedef struct {
     float *state;
     size_t begin, end;
     int64_t width;
-    float shifts[512];    /* value multiplier by column within a 512 half */
-    float score_mul;
+    int shifts[512];      /* value exponent shift by column within a 512 half */
+    int score_shift;
 } fill_job;
 
 static void *fill_state(void *arg) {
@@ -81,7 +82,10 @@ static void *fill_state(void *arg) {
     for (size_t n = j->begin; n < j->end; n++) {
         float f = f32_of(kvc_rand_splitmix64(base + n));
         size_t col = n % (size_t)j->width;
-        f = col >= half ? f * j->score_mul : f * j->shifts[col % 512];
+        /* times 2^shift, rounded once (ldexpf): exact, or the correctly
+         * rounded subnormal / zero / Inf where 2^shift is past binary32 */
+        const int sh = col >= half ? j->score_shift : j->shifts[col % 512];
+        if (sh) f = ldexpf(f, sh);
         j->state[n] = f;
     }
     return NULL;
@@ -116,14 +120,14 @@ static kvc_status case_dims_of(const kvc_case_params *p, case_dims *d) {
     if (p->kv_block_size < 0 || p->kv_block_size > INT64_MAX / KVC_SLOT_BYTES)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "kv_block_size = %lld outside [0, 2^63 / 584] (0 = 64)",
                         (long long)p->kv_block_size);
-    if (p->score_shift < -126 || p->score_shift > 127)
-        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "score_shift = %d outside [-126, 127]", p->score_shift);
+    if (p->score_shift < -1000 || p->score_shift > 1000)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "score_shift = %d outside [-1000, 1000]", p->score_shift);
     if (p->num_value_shifts < 0 || p->num_value_shifts > KVC_CASE_MAX_SHIFTS)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "num_value_shifts = %d outside [0, %d]", p->num_value_shifts,
                         KVC_CASE_MAX_SHIFTS);
     for (int k = 0; k < p->num_value_shifts; k++)
-        if (p->value_shifts[k].shift < -126 || p->value_shifts[k].shift > 127)
-            return kvc_fail(KVC_ERROR_BAD_PARAMETER, "value_shifts[%d].shift = %d outside [-126, 127]", k,
+        if (p->value_shifts[k].shift < -1000 || p->value_shifts[k].shift > 1000)
+            return kvc_fail(KVC_ERROR_BAD_PARAMETER, "value_shifts[%d].shift = %d outside [-1000, 1000]", k,
                             p->value_shifts[k].shift);
     if (p->num_poison < 0 || (p->num_poison > 0 && !p->poison))
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "num_poison = %d with poison = %p", p->num_poison,
@@ -222,11 +226,11 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
         j->width = width;
         j->begin = out->state_elems * (size_t)t / (size_t)nt;
         j->end = out->state_elems * (size_t)(t + 1) / (size_t)nt;
-        j->score_mul = kvc_pow2(p->score_shift);
-        for (int d = 0; d < 512; d++) j->shifts[d] = 1.0f;
+        j->score_shift = p->score_shift;
+        for (int d = 0; d < 512; d++) j->shifts[d] = 0;
         for (int k = 0; k < p->num_value_shifts; k++)
             for (int64_t d = p->value_shifts[k].lo; d < p->value_shifts[k].hi && d < 512; d++)
-                if (d >= 0) j->shifts[d] = kvc_pow2(p->value_shifts[k].shift);
+                if (d >= 0) j->shifts[d] = p->value_shifts[k].shift;
     }
     int started = 0;
     for (; started < nt - 1; started++)

@@ -324,8 +324,8 @@ int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t m
             }
             p->overlap = x ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
         } else if (!strcmp(k, "score_shift")) {
-            if (x < -126 || x > 127) {
-                snprintf(msg, msglen, "score_shift=%s: expected [-126, 127]", v);
+            if (x < -1000 || x > 1000) {
+                snprintf(msg, msglen, "score_shift=%s: expected [-1000, 1000]", v);
                 return -1;
             }
             p->score_shift = (int)x;
