@@ -58,6 +58,8 @@ typedef struct kvc_case_params {
                               * the state holding only the blocks from 2C
                               * positions before first_position on (the
                               * earlier entries name the first of them) */
+    int64_t head_dim;        /* D of the contract's section 9: 0 (= 512) or
+                              * 128; state rows 2D floats (overlap 4D) */
 } kvc_case_params;
 
 /** A generated case: owned host tensors plus args pointing at them. */

@@ -17,7 +17,7 @@
 
 typedef struct { float m, d, n; } ref_state;
 
-static ref_state ref_tree(const float *s, const float *v, int64_t lo, int64_t hi, int64_t rows) {
+static inline ref_state ref_tree(const float *s, const float *v, int64_t lo, int64_t hi, int64_t rows) {
     ref_state r;
     if (hi - lo == 1) {
         int64_t a = lo * 8, b = a + 8 < rows ? a + 8 : rows;
@@ -48,7 +48,7 @@ static ref_state ref_tree(const float *s, const float *v, int64_t lo, int64_t hi
 }
 
 /* Golden-format row of output o of (resolved or default-stride) args. */
-static void ref_output_row(const kvc_args *a, int64_t o, uint8_t row[584]) {
+static inline void ref_output_row(const kvc_args *a, int64_t o, uint8_t row[584]) {
     int64_t b = a->boundary_token_indices[o], r = a->token_to_req[b], p = a->positions[b], C = a->compress_ratio;
     int ovl = a->overlap == KVC_OVERLAP_ON;
     int64_t rows = ovl ? 2 * C : C;

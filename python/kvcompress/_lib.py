@@ -55,7 +55,8 @@ class CaseParams(ctypes.Structure):
                 ("kv_block_size", i64), ("nope_format", ctypes.c_int), ("overlap", ctypes.c_int),
                 ("cos_sin_layout", ctypes.c_int), ("num_value_shifts", ctypes.c_int),
                 ("value_shifts", _Shift * 8), ("num_poison", ctypes.c_int),
-                ("poison", ctypes.POINTER(CasePoison)), ("huge_pages", ctypes.c_int), ("first_position", i64)]
+                ("poison", ctypes.POINTER(CasePoison)), ("huge_pages", ctypes.c_int), ("first_position", i64),
+                ("head_dim", i64)]
 
 
 class Case(ctypes.Structure):

@@ -420,4 +420,120 @@ KVC_FN int kvc_finalize_slot(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH flo
     return 0;
 }
 
+
+/* ---- head width 128: the indexer's slots (the contract's section 9) ----- */
+
+#define KVC_INV128 0x1p-7f
+#define KVC_INV_SQRT128 0x1.6a09e6p-4f /* 1/sqrt(128) rounded to binary32 */
+#define KVC_MX_AMAX_FLOOR 0x1.8p-124f  /* 6 * 2^-126                     */
+#define KVC_INDEXER_FP8 1
+#define KVC_INDEXER_MXFP4 2
+
+/** The e2m1 code (sign bit 3) of v: the magnitude to the nearest of 0, 0.5,
+ * 1, 1.5, 2, 3, 4, 6, a tie to the even code, saturating at 6. */
+KVC_FN kvc_u8 kvc_e2m1_code(float v) {
+    const kvc_u32 u = KVC_BITS(v);
+    const kvc_u8 sign = (kvc_u8)((u >> 28) & 8u);
+    const float m = KVC_FLOAT(u & 0x7FFFFFFFu);
+    kvc_u8 code;
+    if (m <= 0.25f) code = 0;
+    else if (m < 0.75f) code = 1;
+    else if (m <= 1.25f) code = 2;
+    else if (m < 1.75f) code = 3;
+    else if (m <= 2.5f) code = 4;
+    else if (m < 3.5f) code = 5;
+    else if (m <= 5.0f) code = 6;
+    else code = 7;
+    return (kvc_u8)(sign | code);
+}
+
+/** x <- H x / sqrt(128): the Sylvester-ordered Walsh-Hadamard butterflies
+ * (h = 1, 2, ..., 64, i ascending), then every value times 1/sqrt(128). */
+KVC_FN void kvc_hadamard128(KVC_FIN_SCRATCH float *x) {
+    for (int h = 1; h < 128; h <<= 1)
+        for (int i = 0; i < 128; i++)
+            if ((i & h) == 0) {
+                const float a = x[i], b = x[i + h];
+                x[i] = KVC_ADD(a, b);
+                x[i + h] = KVC_SUB(a, b);
+            }
+    for (int i = 0; i < 128; i++) x[i] = KVC_MUL(x[i], KVC_INV_SQRT128);
+}
+
+/**
+ * The slot of one output of head width 128 from its window sums c[128]:
+ * RMSNorm over 128 (w: 128 bf16 weights), RoPE on dims 64..127, the
+ * optional rotation, bf16, then INDEXER_FP8 (fmt 1: 128 e4m3 values at
+ * payload, the binary32 scale 2^e at scale) or INDEXER_MXFP4 (fmt 2: 64
+ * bytes of e2m1 pairs at payload, 4 scale bytes e + 127 at scale).  x is
+ * 128 floats of scratch.  @return 1 for a non-finite slot (written as
+ * such), else 0.
+ */
+KVC_FN int kvc_finalize_indexer(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH float *x, KVC_GLOBAL const kvc_u16 *w,
+                                KVC_GLOBAL const float *cs, int interleaved, float eps, int rotate, int fmt,
+                                KVC_GLOBAL kvc_u8 *payload, KVC_GLOBAL kvc_u8 *scale) {
+    int bad = 0;
+    for (int d = 0; d < 128; d++) {
+        bad |= kvc_nonfinite(c[d]);
+        x[d] = KVC_MUL(c[d], c[d]);
+    }
+    for (int n = 128; n > 1; n >>= 1)
+        for (int i = 0; i < n / 2; i++) x[i] = KVC_ADD(x[2 * i], x[2 * i + 1]);
+    const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(x[0], KVC_INV128), eps)));
+    for (int d = 0; d < 128; d++) {
+        x[d] = kvc_rms_apply(c[d], rr, kvc_bf16_to_f32(w[d]));
+        bad |= kvc_nonfinite(x[d]);
+    }
+    for (int j = 0; j < 32; j++) {
+        float cj, sj, uo, wo;
+        kvc_cos_sin(cs, interleaved, j, &cj, &sj);
+        kvc_rope(x[64 + 2 * j], x[65 + 2 * j], cj, sj, &uo, &wo);
+        x[64 + 2 * j] = uo;
+        x[65 + 2 * j] = wo;
+    }
+    if (rotate) kvc_hadamard128(x);
+    for (int d = 0; d < 128; d++) {
+        bad |= kvc_nonfinite(x[d]);
+        const kvc_u16 h = kvc_bf16_bits(x[d]);
+        bad |= kvc_bf16_nonfinite(h);
+        x[d] = kvc_bf16_to_f32(h);
+    }
+    if (fmt == KVC_INDEXER_FP8) {
+        if (bad) {
+            for (int d = 0; d < 128; d++) payload[d] = 0;
+            scale[0] = 0x00, scale[1] = 0x00, scale[2] = 0xC0, scale[3] = 0x7F; /* quiet NaN */
+            return 1;
+        }
+        float amax = 0.0f;
+        for (int d = 0; d < 128; d++) amax = kvc_max(amax, x[d] < 0.0f ? -x[d] : x[d]);
+        const int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_AMAX_FLOOR), KVC_FP8_MAX));
+        const float inv = kvc_pow2(-e);
+        for (int d = 0; d < 128; d++) {
+            float v = KVC_MUL(x[d], inv);
+            v = v > KVC_FP8_MAX ? KVC_FP8_MAX : v;
+            v = v < -KVC_FP8_MAX ? -KVC_FP8_MAX : v;
+            payload[d] = kvc_e4m3_code(v);
+        }
+        const kvc_u32 sb = KVC_BITS(kvc_pow2(e));
+        for (int k = 0; k < 4; k++) scale[k] = (kvc_u8)(sb >> (8 * k));
+        return 0;
+    }
+    if (bad) {
+        for (int k = 0; k < 64; k++) payload[k] = 0;
+        for (int k = 0; k < 4; k++) scale[k] = 0xFF;
+        return 1;
+    }
+    for (int b = 0; b < 4; b++) {
+        float amax = 0.0f;
+        for (int d = 32 * b; d < 32 * b + 32; d++) amax = kvc_max(amax, x[d] < 0.0f ? -x[d] : x[d]);
+        int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_MX_AMAX_FLOOR), 6.0f));
+        e = e < -127 ? -127 : e > 127 ? 127 : e;
+        const float inv = kvc_pow2(-e);
+        for (int k = 16 * b; k < 16 * b + 16; k++)
+            payload[k] = (kvc_u8)(kvc_e2m1_code(KVC_MUL(x[2 * k], inv)) | (kvc_e2m1_code(KVC_MUL(x[2 * k + 1], inv)) << 4));
+        scale[b] = (kvc_u8)(e + 127);
+    }
+    return 0;
+}
+
 #endif /* KVC_CANON_H */

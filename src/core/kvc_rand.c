@@ -70,8 +70,8 @@ typedef struct {
     const kvc_case_params *p;
     float *state;
     size_t begin, end;
-    int64_t width;
-    int shifts[512];      /* value exponent shift by column within a 512 half */
+    int64_t width, D;
+    int shifts[512];      /* value exponent shift by column within a D-float value half */
     int score_shift;
 } fill_job;
 
@@ -84,7 +84,7 @@ static void *fill_state(void *arg) {
         size_t col = n % (size_t)j->width;
         /* times 2^shift, rounded once (ldexpf): exact, or the correctly
          * rounded subnormal / zero / Inf where 2^shift is past binary32 */
-        const int sh = col >= half ? j->score_shift : j->shifts[col % 512];
+        const int sh = col >= half ? j->score_shift : j->shifts[col % (size_t)j->D];
         if (sh) f = ldexpf(f, sh);
         j->state[n] = f;
     }
@@ -95,6 +95,7 @@ static void *fill_state(void *arg) {
 typedef struct {
     int64_t R, per_req, bs, C, bpr, nblocks, width, S, nout, pages;
     int64_t P0, lo_blk, nb_req, max_pos; /* first position; first logical block held; blocks held a request */
+    int64_t D;                            /* head width: 512 or 128 */
     uint64_t state_elems, kv_bytes, host_bytes;
 } case_dims;
 
@@ -146,7 +147,10 @@ static kvc_status case_dims_of(const kvc_case_params *p, case_dims *d) {
     d->bpr = d->max_pos / d->bs + (d->max_pos % d->bs != 0);
     d->lo_blk = (d->P0 > 2 * d->C ? d->P0 - 2 * d->C : 0) / d->bs;
     d->nb_req = d->bpr - d->lo_blk;
-    d->width = p->overlap == KVC_OVERLAP_ON ? 2048 : 1024;
+    if (p->head_dim != 0 && p->head_dim != 128 && p->head_dim != 512)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "head_dim = %lld: expected 0 (512), 128 or 512", (long long)p->head_dim);
+    d->D = p->head_dim ? p->head_dim : 512;
+    d->width = p->overlap == KVC_OVERLAP_ON ? 4 * d->D : 2 * d->D;
     d->S = p->kv_block_size ? p->kv_block_size : 64;
     /* boundaries: positions P0 + k with (P0 + k + 1) % C == 0 */
     d->nout = ((d->max_pos / d->C) - (d->P0 / d->C)) * d->R; /* <= total_tokens */
@@ -224,13 +228,14 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
         j->p = p;
         j->state = out->state_cache;
         j->width = width;
+        j->D = d.D;
         j->begin = out->state_elems * (size_t)t / (size_t)nt;
         j->end = out->state_elems * (size_t)(t + 1) / (size_t)nt;
         j->score_shift = p->score_shift;
         for (int d = 0; d < 512; d++) j->shifts[d] = 0;
         for (int k = 0; k < p->num_value_shifts; k++)
-            for (int64_t d = p->value_shifts[k].lo; d < p->value_shifts[k].hi && d < 512; d++)
-                if (d >= 0) j->shifts[d] = p->value_shifts[k].shift;
+            for (int64_t dd = p->value_shifts[k].lo; dd < p->value_shifts[k].hi && dd < d.D; dd++)
+                if (dd >= 0) j->shifts[dd] = p->value_shifts[k].shift;
     }
     int started = 0;
     for (; started < nt - 1; started++)

@@ -44,6 +44,29 @@ def lines():
             yield "\t".join("%s=%s" % kv for kv in fields.items())
 
 
+def dsv4_lines():
+    """The contract's sections 9 and 10 (golden/dsv4): their own index, read
+    by tests/test_dsv4_reference.c, with the fields those sections add."""
+    with open(os.path.join(GOLDEN, "dsv4", "manifest.json")) as f:
+        man = json.load(f)
+    for c in man["cases"]:
+        cs = c.get("checksums", {})
+        fields = {
+            "name": c["name"], "head_dim": c["head_dim"], "format": c["nope_format"],
+            "overlap": int(bool(c["overlap"])), "cos_sin": c["cos_sin_layout"],
+            "kv_block_size": c["kv_block_size"], "rotate": int(bool(c["rotate"])),
+            "score_bias": int(bool(c["score_bias"])), "state_dtype": c["state_dtype"],
+            "reqs": c["num_reqs"], "tokens": c["total_tokens"], "C": c["compress_ratio"],
+            "block": c["block_size"], "layout": c["layout"], "seed": c["seed"],
+            "score_shift": c["score_shift"], "outputs": c["num_outputs"], "slot_bytes": c["slot_bytes"],
+            "cs_state": cs.get("state_cache", "-"), "cs_table": cs.get("block_table", "-"),
+            "cs_weight": cs.get("rms_norm_weight", "-"), "cs_cos_sin": cs.get("cos_sin_cache", "-"),
+            "vshift": ",".join("%d:%d:%d" % tuple(v) for v in c.get("value_shift_dims") or []) or "-",
+            "poison": ",".join("%d:%d:%d:%s" % tuple(p) for p in c.get("poison") or []) or "-",
+        }
+        yield "\t".join("%s=%s" % kv for kv in fields.items())
+
+
 def probe_lines():
     """fp8_probe of the engine manifest: value, then the byte the reference's cast gives."""
     with open(os.path.join(GOLDEN, "engine", "manifest.json")) as f:
@@ -56,6 +79,7 @@ def main():
     files = {
         os.path.join(GOLDEN, "cases.tsv"): "".join(l + "\n" for l in lines()),
         os.path.join(GOLDEN, "fp8_probe.tsv"): "".join(l + "\n" for l in probe_lines()),
+        os.path.join(GOLDEN, "dsv4.tsv"): "".join(l + "\n" for l in dsv4_lines()),
     }
     if len(sys.argv) > 1 and sys.argv[1] == "--check":
         for path, text in files.items():
