@@ -199,6 +199,24 @@ static int add_case(bench_case *list, int n, int cap, const kvc_case_params *p) 
     return n + 1;
 }
 
+/* An engine-format case: C = 4 is a CSA layer's (overlap, block 4, 64 slots
+ * a page), any other C an HCA layer's (block 8, 2 slots a page); FP8. */
+static void engine_case(kvc_case_params *p, long long reqs, long long tokens, long long C, long long pos0, int shuffle,
+                        uint64_t seed) {
+    const int c4 = C == 4;
+    memset(p, 0, sizeof *p);
+    p->num_reqs = reqs;
+    p->total_tokens = tokens;
+    p->compress_ratio = C;
+    p->first_position = pos0;
+    p->block_size = c4 ? 4 : 8;
+    p->overlap = c4 ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
+    p->nope_format = KVC_NOPE_FP8_E4M3;
+    p->kv_block_size = c4 ? 64 : 2;
+    p->shuffle = shuffle;
+    p->seed = seed;
+}
+
 /* Build the case list; @return count or -1 on a bad set/spec (message printed). */
 static int build_cases(const char *set, const char *layout, uint64_t seed, const kvc_case_params *fmt,
                        bench_case *list, int cap) {
@@ -232,17 +250,7 @@ static int build_cases(const char *set, const char *layout, uint64_t seed, const
             const long long tk[6][3] = {{4, 8192, 4},     {4, 32768, 4},    {4, 131072, 4},
                                         {1, 8192, 128},   {4, 32768, 128},  {8, 131072, 128}};
             for (int i = 0; i < 6; i++) {
-                const int c4 = tk[i][2] == 4;
-                memset(&p, 0, sizeof p);
-                p.num_reqs = tk[i][0];
-                p.total_tokens = tk[i][1];
-                p.compress_ratio = tk[i][2];
-                p.block_size = c4 ? 4 : 8;
-                p.overlap = c4 ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
-                p.nope_format = KVC_NOPE_FP8_E4M3;
-                p.kv_block_size = c4 ? 64 : 2;
-                p.shuffle = layouts[l];
-                p.seed = seed + (uint64_t)i;
+                engine_case(&p, tk[i][0], tk[i][1], tk[i][2], 0, layouts[l], seed + (uint64_t)i);
                 n = add_case(list, n, cap, &p);
             }
         }
@@ -257,18 +265,8 @@ static int build_cases(const char *set, const char *layout, uint64_t seed, const
         static const long long dc[8][2] = {{4, 1}, {4, 8}, {4, 64}, {4, 256}, {4, 1024}, {128, 8}, {128, 64}, {128, 256}};
         for (int l = 0; l < nl; l++)
             for (int i = 0; i < 8; i++) {
-                const int c4 = dc[i][0] == 4;
-                memset(&p, 0, sizeof p);
-                p.num_reqs = dc[i][1];
-                p.total_tokens = dc[i][1] * dc[i][0];
-                p.compress_ratio = dc[i][0];
-                p.first_position = 32768 - dc[i][0];
-                p.block_size = c4 ? 4 : 8;
-                p.overlap = c4 ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
-                p.nope_format = KVC_NOPE_FP8_E4M3;
-                p.kv_block_size = c4 ? 64 : 2;
-                p.shuffle = layouts[l];
-                p.seed = seed + (uint64_t)i;
+                engine_case(&p, dc[i][1], dc[i][1] * dc[i][0], dc[i][0], 32768 - dc[i][0], layouts[l],
+                            seed + (uint64_t)i);
                 n = add_case(list, n, cap, &p);
             }
         return n;

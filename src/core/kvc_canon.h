@@ -362,6 +362,18 @@ KVC_FN void kvc_write_nonfinite_slot(KVC_GLOBAL kvc_u8 *payload, KVC_GLOBAL kvc_
     scales[7] = 0;
 }
 
+/** RMSNorm's sum: the balanced pairwise sum of c_d^2 over n (a power of
+ * two) leaves, y as scratch; *bad |= a non-finite c_d. */
+KVC_FN float kvc_sum_squares(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH float *y, int n, int *bad) {
+    for (int d = 0; d < n; d++) {
+        *bad |= kvc_nonfinite(c[d]);
+        y[d] = KVC_MUL(c[d], c[d]);
+    }
+    for (int m = n; m > 1; m >>= 1)
+        for (int i = 0; i < m / 2; i++) y[i] = KVC_ADD(y[2 * i], y[2 * i + 1]);
+    return y[0];
+}
+
 /**
  * Finalise one output: from c[512] (the reduced window) to the 576 payload
  * bytes and 8 scale bytes.  `cs` points at the cos/sin row; cos_j is
@@ -372,14 +384,7 @@ KVC_FN int kvc_finalize_slot(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH flo
                              KVC_GLOBAL const float *cs, int interleaved, float eps, int fp8,
                              KVC_GLOBAL kvc_u8 *payload, KVC_GLOBAL kvc_u8 *scales) {
     int bad = 0;
-    /* RMSNorm: balanced pairwise sum of c_d^2 over 512 leaves (y as scratch). */
-    for (int d = 0; d < 512; d++) {
-        bad |= kvc_nonfinite(c[d]);
-        y[d] = KVC_MUL(c[d], c[d]);
-    }
-    for (int n = 512; n > 1; n >>= 1)
-        for (int i = 0; i < n / 2; i++) y[i] = KVC_ADD(y[2 * i], y[2 * i + 1]);
-    float rr = kvc_rms_scale(y[0], eps);
+    float rr = kvc_rms_scale(kvc_sum_squares(c, y, 512, &bad), eps);
     for (int d = 0; d < 512; d++) {
         y[d] = kvc_rms_apply(c[d], rr, kvc_bf16_to_f32(w[d]));
         bad |= kvc_nonfinite(y[d]);
@@ -473,13 +478,8 @@ KVC_FN int kvc_finalize_indexer(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH 
                                 KVC_GLOBAL const float *cs, int interleaved, float eps, int rotate, int fmt,
                                 KVC_GLOBAL kvc_u8 *payload, KVC_GLOBAL kvc_u8 *scale) {
     int bad = 0;
-    for (int d = 0; d < 128; d++) {
-        bad |= kvc_nonfinite(c[d]);
-        x[d] = KVC_MUL(c[d], c[d]);
-    }
-    for (int n = 128; n > 1; n >>= 1)
-        for (int i = 0; i < n / 2; i++) x[i] = KVC_ADD(x[2 * i], x[2 * i + 1]);
-    const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(x[0], KVC_INV128), eps)));
+    const float ss = kvc_sum_squares(c, x, 128, &bad);
+    const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(ss, KVC_INV128), eps)));
     for (int d = 0; d < 128; d++) {
         x[d] = kvc_rms_apply(c[d], rr, kvc_bf16_to_f32(w[d]));
         bad |= kvc_nonfinite(x[d]);
