@@ -30,12 +30,9 @@
 static char g_err[512];
 
 
-/* L2 flush: write a buffer larger than L2 (SPEC 6).  Diagnostic:
- * KVC_BENCH_FLUSH=read flushes by reading it instead, which leaves no dirty
- * lines for the timed call to write back. */
+/* L2 flush: write a buffer larger than L2 (docs/CONTRACT.md section 6). */
 static void *g_flush;
 static size_t g_flush_bytes;
-static float *g_flush_sink;
 static void flush_l2(cudaStream_t s) {
     if (!g_flush) {
         int dev, l2 = 0;
@@ -44,15 +41,7 @@ static void flush_l2(cudaStream_t s) {
         g_flush_bytes = (size_t)(l2 > 0 ? l2 : 64 << 20) * 4;
         if (cudaMalloc(&g_flush, g_flush_bytes) != cudaSuccess) g_flush = NULL;
     }
-    static int by_read = -1;
-    if (by_read < 0) {
-        const char *e = getenv("KVC_BENCH_FLUSH");
-        by_read = e && !strcmp(e, "read");
-        if (by_read && cudaMalloc(&g_flush_sink, 4) != cudaSuccess) by_read = 0;
-    }
-    if (!g_flush) return;
-    if (by_read) read_kernel<<<1056, 512, 0, s>>>((const float4 *)g_flush, g_flush_bytes / 16, g_flush_sink);
-    else cudaMemsetAsync(g_flush, (int)(rand() & 0xFF), g_flush_bytes, s);
+    if (g_flush) cudaMemsetAsync(g_flush, (int)(rand() & 0xFF), g_flush_bytes, s);
 }
 
 static double median(std::vector<double> v) {

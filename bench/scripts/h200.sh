@@ -13,7 +13,6 @@
 #   engine    the engine case set
 #   opencl    OpenCL golden + semantics + headline bench (NVIDIA's driver)
 #   ab        A/B: devbin/kvc vs devbin/kvc_$AB (default old) on $BACKEND (default cuda), headline, twice
-#   oclopts   OpenCL: kernel variants by build options (OPTS='a;b'), golden + bench each
 #   sanitize  compute-sanitizer memcheck/racecheck/initcheck on golden + errors
 #   ncu       stall breakdown of the kernel on two cases
 #   sass      instruction mix of the kernels (cuobjdump)
@@ -71,19 +70,6 @@ for s in "$@"; do
       $D/$b bench --backend $be --layout ${LAYOUT:-contig} > $OUT/$be-ab-$b-$r.txt 2>&1
       echo "$b run $r"; grep -E "t131072|t65536_c128|t32768_c128|t8192|failed" $OUT/$be-ab-$b-$r.txt
     done; done ;;
-  oclopts)
-    # OpenCL kernel variants by build options (OPTS: ';'-separated option sets), one call:
-    # golden check, headline bench (contig), program dump for each
-    step oclopts
-    IFS=';' read -ra sets <<< "${OPTS:-}"
-    i=0
-    for o in "" "${sets[@]}"; do
-      i=$((i+1))
-      echo "-- variant $i: '$o'"
-      KVC_OPENCL_BUILD_OPTIONS="$o" $D/test_golden $G backend=opencl 2>&1 | tail -1
-      KVC_OPENCL_BUILD_OPTIONS="$o" KVC_OPENCL_DUMP=$OUT/prog-$i.ptx $D/kvc bench --backend opencl --layout ${LAYOUT:-contig} > $OUT/opts-$i.txt 2>&1
-      grep -E "t131072|t65536_c128|t32768_c128|t8192_c128|failed" $OUT/opts-$i.txt
-    done ;;
   sanitize)
     step sanitize
     for t in ${TOOLS:-memcheck racecheck initcheck}; do

@@ -115,16 +115,13 @@ static int opencl_available(void) {
  *
  * The directives (opencl_tuning.h): the wide kernel at .minnctapersm 2, the
  * one-segment kernel at 3, the slice kernels at 4, the 2-dims kernel as
- * built; .cs loads in the 2-dims, wide and slice kernels.
- * KVC_OPENCL_DUMP=file writes the built program binary (PTX on NVIDIA).  Any
- * failure keeps the program as built.
+ * built; .cs loads in the 2-dims, wide and slice kernels.  Any failure
+ * keeps the program as built.
  */
 static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
-    const char *dump = getenv("KVC_OPENCL_DUMP");
     char vendor[64] = "";
     clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
-    const int tune = strstr(vendor, "NVIDIA") != NULL;
-    if (!tune && !(dump && *dump)) return prog; /* (PoCL builds every kernel when asked for its binary) */
+    if (!strstr(vendor, "NVIDIA")) return prog; /* (PoCL builds every kernel when asked for its binary) */
     size_t size = 0;
     if (clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || size == 0)
         return prog;
@@ -136,16 +133,9 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         return prog;
     }
     bin[size] = 0;
-    if (dump && *dump) {
-        FILE *f = fopen(dump, "wb");
-        if (f) {
-            fwrite(bin, 1, size, f);
-            fclose(f);
-        }
-    }
     /* PTX text only, and not edited already */
     int done = 0;
-    if (tune && strstr(bin, ".target sm_") && !strstr(bin, ".minnctapersm")) {
+    if (strstr(bin, ".target sm_") && !strstr(bin, ".minnctapersm")) {
         /* (each edit stays inside its own entry) */
         bin = kvc_ptx_minb(bin, "kvc_compress_wide", KVC_OPENCL_NV_MINB_WIDE, &done);
         bin = kvc_ptx_minb(bin, "kvc_compress_small", KVC_OPENCL_SMALL_SLOTS, &done);
