@@ -497,18 +497,30 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     return enqueue(q, k, &sh, &pl, bufs, pl.groups, wide ? 512 : 256); /* KVC_CL_WG of kvc_kernel.cl */
 }
 
-/* The size of cl_mem m and, for a sub-buffer, its parent and offset (else m and 0). */
+/* The size of cl_mem m and, where root is not NULL, for a sub-buffer its
+ * parent and offset (else m and 0). */
 static kvc_status mem_info(cl_mem m, const char *name, size_t *size, cl_mem *root, size_t *offset) {
     cl_int err = clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof *size, size, NULL);
     if (err != CL_SUCCESS)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "%s is not a cl_mem buffer (clGetMemObjectInfo: error %d)", name,
                         (int)err);
+    if (!root) return KVC_OK; /* (the size alone) */
     cl_mem parent = NULL;
     *offset = 0;
     if (clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof parent, &parent, NULL) != CL_SUCCESS) parent = NULL;
     if (parent && clGetMemObjectInfo(m, CL_MEM_OFFSET, sizeof *offset, offset, NULL) != CL_SUCCESS) *offset = 0;
     *root = parent ? parent : m;
     return KVC_OK;
+}
+
+/* A caller's status word: a cl_mem of at least the word's bytes (root and
+ * offset as mem_info's). */
+static kvc_status status_word_info(const kvc_exec *e, size_t *size, cl_mem *root, size_t *offset) {
+    const kvc_status st = mem_info((cl_mem)(void *)e->device_status, "exec->device_status", size, root, offset);
+    if (st == KVC_OK && *size < sizeof(kvc_cl_status))
+        return kvc_fail(KVC_ERROR_BAD_SHAPE, "exec->device_status: a cl_mem of %zu bytes, the status word needs %zu",
+                        *size, sizeof(kvc_cl_status));
+    return st;
 }
 
 /* Every buffer holds what the call reaches from its start, and a caller's
@@ -521,21 +533,19 @@ static kvc_status check_buffers(const kvc_args *a, const kvc_exec *e) {
     if (st != KVC_OK) return st;
     size_t size[KVC_TENSORS], offset[KVC_TENSORS];
     cl_mem root[KVC_TENSORS];
+    const int status = e->device_status != NULL; /* (parents and offsets only to compare with it) */
     for (int i = 0; i < KVC_TENSORS && a->num_outputs > 0; i++) {
-        if ((st = mem_info((cl_mem)(void *)ptrs[i], kvc_tensor_names[i], &size[i], &root[i], &offset[i])) != KVC_OK)
+        if ((st = mem_info((cl_mem)(void *)ptrs[i], kvc_tensor_names[i], &size[i], status ? &root[i] : NULL,
+                           &offset[i])) != KVC_OK)
             return st;
         if ((uint64_t)size[i] < (uint64_t)need[i])
             return kvc_fail(KVC_ERROR_BAD_SHAPE, "%s: a cl_mem of %zu bytes; its sizes and strides reach %lld bytes",
                             kvc_tensor_names[i], size[i], (long long)need[i]);
     }
-    if (!e->device_status) return KVC_OK;
-    size_t ssize, soff;
-    cl_mem sroot;
-    if ((st = mem_info((cl_mem)(void *)e->device_status, "exec->device_status", &ssize, &sroot, &soff)) != KVC_OK)
-        return st;
-    if (ssize < sizeof(kvc_cl_status))
-        return kvc_fail(KVC_ERROR_BAD_SHAPE, "exec->device_status: a cl_mem of %zu bytes, the status word needs %zu",
-                        ssize, sizeof(kvc_cl_status));
+    if (!status) return KVC_OK;
+    size_t ssize = 0, soff = 0;
+    cl_mem sroot = NULL;
+    if ((st = status_word_info(e, &ssize, &sroot, &soff)) != KVC_OK) return st;
     for (int i = 0; i < KVC_TENSORS && a->num_outputs > 0; i++)
         if (sroot == root[i] && soff < offset[i] + size[i] && offset[i] < soff + ssize)
             return kvc_fail(KVC_ERROR_ALIASING, "exec->device_status and %s share memory: the status word would "
@@ -565,15 +575,8 @@ static kvc_status opencl_read_status(const kvc_exec *e, kvc_device_status *out) 
     cl_command_queue q = (cl_command_queue)e->stream;
     if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: need the cl_command_queue");
     kvc_status st;
-    if (e->device_status) {
-        size_t ssize, soff;
-        cl_mem sroot;
-        if ((st = mem_info((cl_mem)(void *)e->device_status, "exec->device_status", &ssize, &sroot, &soff)) != KVC_OK)
-            return st;
-        if (ssize < sizeof(kvc_cl_status))
-            return kvc_fail(KVC_ERROR_BAD_SHAPE, "exec->device_status: a cl_mem of %zu bytes, the status word "
-                            "needs %zu", ssize, sizeof(kvc_cl_status));
-    }
+    size_t ssize;
+    if (e->device_status && (st = status_word_info(e, &ssize, NULL, NULL)) != KVC_OK) return st;
     cl_queue_ws *ws;
     if ((st = queue_acquire(q, &ws)) != KVC_OK) return st;
     cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ws->status;
