@@ -344,21 +344,23 @@ static uint64_t available_memory(void) {
     return avail;
 }
 
-/* The floor's bytes of a case from its parameters (case_bytes below, before generating it). */
-static double spec_floor_bytes(const kvc_case_params *p) {
-    if (p->num_reqs < 1 || p->compress_ratio < 1) return 0;
-    const double outs = (double)(p->total_tokens / p->num_reqs / p->compress_ratio) * (double)p->num_reqs;
-    return outs * (double)p->compress_ratio * (p->overlap == KVC_OVERLAP_ON ? 8192.0 : 4096.0) + outs * KVC_SLOT_BYTES;
+/* Bytes the operation must move for `outputs` windows of ratio C
+ * (docs/CONTRACT.md section 6; overlap: each 2048-float row once). */
+static double moved_bytes(double outputs, double C, int overlap) {
+    return outputs * C * (overlap ? 8192.0 : 4096.0) + outputs * KVC_SLOT_BYTES;
 }
 
-/* Bytes the operation must move (docs/CONTRACT.md section 6; overlap: each 2048-float row once). */
+/* The same from a case's parameters, before it is generated (its outputs:
+ * the positions first_position .. + tokens/reqs - 1 that close a window). */
+static double spec_floor_bytes(const kvc_case_params *p) {
+    if (p->num_reqs < 1 || p->compress_ratio < 1) return 0;
+    const long long per = p->total_tokens / p->num_reqs, C = p->compress_ratio, p0 = p->first_position;
+    return moved_bytes((double)((p0 + per) / C - p0 / C) * (double)p->num_reqs, (double)C,
+                       p->overlap == KVC_OVERLAP_ON);
+}
+
 static double case_bytes(const kvc_args *a) {
-    double rows_bytes;
-    if (a->overlap == KVC_OVERLAP_ON)
-        rows_bytes = (double)a->num_outputs * (double)a->compress_ratio * 8192.0;
-    else
-        rows_bytes = (double)a->num_outputs * (double)a->compress_ratio * 4096.0;
-    return rows_bytes + (double)a->num_outputs * KVC_SLOT_BYTES;
+    return moved_bytes((double)a->num_outputs, (double)a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
 }
 
 /* Samples of the CPU benchmark: repeat > 0 calls, or (repeat = 0) at least

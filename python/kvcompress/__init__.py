@@ -26,6 +26,7 @@ output is skipped and recorded; call :func:`check_device_status` (it
 synchronizes the stream) to raise the first such error.
 """
 import ctypes
+import math
 
 from . import _lib, _torch
 
@@ -149,7 +150,7 @@ class _View:
             raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: {len(self.shape)} dimensions, expected {ndim}")
         if 0 in self.shape:
             # no element is addressed: numpy 2 reports any strides (0) here; pass the contiguous ones
-            self.strides = tuple(int(_prod(self.shape[d + 1:])) for d in range(ndim))
+            self.strides = tuple(math.prod(self.shape[d + 1:]) for d in range(ndim))
         # the C API reads a stride of 0 as "contiguous": a broadcast (0) or
         # reversed (< 0) dimension cannot be passed through faithfully
         for d, (n, st) in enumerate(zip(self.shape, self.strides)):
@@ -159,13 +160,6 @@ class _View:
         if ndim > 1 and self.shape[-1] > 1 and self.strides[-1] != 1:
             raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: the last dimension must be contiguous "
                                                   f"(stride {self.strides[-1]})")
-
-
-def _prod(xs):
-    p = 1
-    for v in xs:
-        p *= v
-    return p
 
 
 def _index_1d(name, x, dtypes):

@@ -145,7 +145,7 @@ static kvc_status case_dims_of(const kvc_case_params *p, case_dims *d) {
     /* the table covers positions 0 .. max_pos - 1; the state holds the blocks
      * from the first window's reach (2C rows back) on */
     d->bpr = d->max_pos / d->bs + (d->max_pos % d->bs != 0);
-    d->lo_blk = (d->P0 > 2 * d->C ? d->P0 - 2 * d->C : 0) / d->bs;
+    d->lo_blk = (d->P0 / 2 > d->C ? d->P0 - 2 * d->C : 0) / d->bs; /* (2C past int64 for a huge C) */
     d->nb_req = d->bpr - d->lo_blk;
     if (p->head_dim != 0 && p->head_dim != 128 && p->head_dim != 512)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "head_dim = %lld: expected 0 (512), 128 or 512", (long long)p->head_dim);
