@@ -55,7 +55,9 @@ extern "C" {
 #define KVC_VERSION_STRING \
     KVC_VERSION_STR(KVC_VERSION_MAJOR) "." KVC_VERSION_STR(KVC_VERSION_MINOR) "." KVC_VERSION_STR(KVC_VERSION_PATCH)
 
-/* Bytes of one compressed slot: 448 NOPE + 128 RoPE + 8 scale bytes. */
+/* Bytes of one compressed slot of the main compressor (head width 512):
+ * 448 NOPE + 128 RoPE + 8 scale bytes.  The indexer's slots (head width
+ * 128) are 132 or 68 bytes: kvc_slot_bytes(). */
 #define KVC_SLOT_BYTES 584
 #define KVC_PAYLOAD_BYTES 576
 #define KVC_SCALE_BYTES 8
@@ -115,10 +117,33 @@ KVC_API const char *kvc_last_error_message(void);
 /* ------------------------------------------------------------------------ */
 /* Engine format settings (docs/CONTRACT.md section 7).  Zero = the statement's format.  */
 /* ------------------------------------------------------------------------ */
+/* The slot format (the field kvc_args.nope_format; Python: kv_format).  The
+ * first two are head width 512's 584-byte slots, the last two head width
+ * 128's (SPEC 9); any other pair is refused (KVC_ERROR_BAD_PARAMETER). */
 typedef enum kvc_nope_format {
-    KVC_NOPE_INT8 = 0,     /* 448 int8, power-of-two scale per 64 dims      */
-    KVC_NOPE_FP8_E4M3 = 1  /* 448 e4m3fn bytes, same scale bytes            */
+    KVC_NOPE_INT8 = 0,      /* 448 int8, power-of-two scale per 64 dims      */
+    KVC_NOPE_FP8_E4M3 = 1,  /* 448 e4m3fn bytes, same scale bytes            */
+    KVC_INDEXER_FP8 = 2,    /* head width 128: 128 e4m3fn values, then (after
+                               the page's S x 128 value bytes) one binary32
+                               power-of-two scale: 132 bytes a slot          */
+    KVC_INDEXER_MXFP4 = 3   /* head width 128: 64 bytes of e2m1 pairs, then
+                               4 UE8M0 scale bytes (one per 32 dims): 68
+                               bytes a slot                                  */
 } kvc_nope_format;
+typedef kvc_nope_format kvc_kv_format;
+
+/* Rotation of the indexer's keys before quantisation (head width 128). */
+typedef enum kvc_rotation {
+    KVC_ROTATE_OFF = 0,      /* vLLM's indexer                              */
+    KVC_ROTATE_HADAMARD = 1  /* Walsh-Hadamard / sqrt(128): DeepSeek's
+                                reference, TensorRT-LLM (SPEC 9)            */
+} kvc_rotation;
+
+/* Element type of state_cache (SPEC 10). */
+typedef enum kvc_state_dtype {
+    KVC_STATE_FLOAT32 = 0,
+    KVC_STATE_BFLOAT16 = 1   /* raw bf16 bits, widened exactly when read    */
+} kvc_state_dtype;
 
 typedef enum kvc_overlap {
     KVC_OVERLAP_OFF = 0,   /* window = the C rows ending at the boundary     */
@@ -150,10 +175,12 @@ typedef enum kvc_numerics {
 /* Initialise with kvc_args_init(), then set what you have.                  */
 /* ------------------------------------------------------------------------ */
 typedef struct kvc_args {
-    /* state_cache: [num_blocks][block_size][state_width] float32.
-     * state_width must be 1024 (overlap off) or 2048 (overlap on); the last
-     * dimension is contiguous.  Strides in floats; 0 = contiguous
-     * (stride_token = state_width, stride_block = block_size * stride_token). */
+    /* state_cache: [num_blocks][block_size][state_width] float32 (or bf16
+     * bits, state_dtype; the pointer then holds uint16_t elements).
+     * state_width must be 2 x head_dim (overlap off: 1024) or 4 x head_dim
+     * (overlap on: 2048); the last dimension is contiguous.  Strides in
+     * elements; 0 = contiguous (stride_token = state_width, stride_block =
+     * block_size * stride_token). */
     const float *state_cache;
     int64_t num_blocks;
     int64_t block_size;
@@ -182,7 +209,7 @@ typedef struct kvc_args {
     int64_t blocks_per_req;
     int64_t block_table_stride;
 
-    /* rms_norm_weight: [512] bfloat16, raw bits, contiguous.                */
+    /* rms_norm_weight: [head_dim] bfloat16, raw bits, contiguous.           */
     const uint16_t *rms_norm_weight;
 
     /* cos_sin_cache: [max_pos][64] float32; row stride in floats, 0 = 64.   */
@@ -191,8 +218,9 @@ typedef struct kvc_args {
     int64_t cos_sin_stride;
 
     /* kv_cache: [num_pages][page_stride] uint8, written IN PLACE: only the
-     * 584 bytes of each written slot change.  page_stride >= 584 *
-     * kv_block_size; 0 = exactly 584 * kv_block_size.                      */
+     * bytes of each written slot change.  page_stride >= slot bytes (584,
+     * or 132 / 68 for the indexer formats) * kv_block_size; 0 = exactly
+     * that.                                                                */
     uint8_t *kv_cache;
     int64_t num_pages;
     int64_t page_stride;
@@ -205,14 +233,36 @@ typedef struct kvc_args {
     kvc_overlap overlap;
     kvc_cos_sin_layout cos_sin_layout;
     kvc_numerics numerics;   /* EXACT (default) or FAST                     */
+
+    /* DeepSeek-V4's indexer compressor and the engines' state conventions
+     * (SPEC 9, 10).  Zero values are the above.                            */
+    int64_t head_dim;        /* D: 0 or 512 (main compressor, INT8 / FP8
+                                slots), or 128 (indexer, INDEXER_* slots)   */
+    kvc_rotation rotate;     /* head width 128 only                          */
+    kvc_state_dtype state_dtype;
+    /* score_bias: optional [compress_ratio][state_width / 2] float32, last
+     * dimension contiguous, row stride in floats (0 = state_width / 2).
+     * Added to every score a window row contributes: score + bias[t mod C][k]
+     * (t: the row's position, k: the score's index in the row's score half).
+     * NULL = scores as stored.  Must not overlap kv_cache.                  */
+    const float *score_bias;
+    int64_t score_bias_stride;
 } kvc_args;
 
 /**
  * kvc_args_init() -- zero every field, then set the defaults: state_width
- * 1024, kv_block_size 64, rms_norm_eps 1e-6, INT8, overlap off, SPLIT.
+ * 1024, kv_block_size 64, rms_norm_eps 1e-6, INT8, overlap off, SPLIT,
+ * head width 512, float32 state, no rotation, no score bias.
  * @param args  struct to initialise (NULL is ignored).
  */
 KVC_API void kvc_args_init(kvc_args *args);
+
+/**
+ * kvc_slot_bytes() -- bytes of one slot of a format: 584 (INT8, FP8), 132
+ * (INDEXER_FP8), 68 (INDEXER_MXFP4).  @return 0 for a value that is not a
+ * kvc_nope_format.
+ */
+KVC_API int64_t kvc_slot_bytes(kvc_nope_format format);
 
 /* ------------------------------------------------------------------------ */
 /* Execution                                                                 */

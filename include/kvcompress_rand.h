@@ -60,6 +60,11 @@ typedef struct kvc_case_params {
                               * earlier entries name the first of them) */
     int64_t head_dim;        /* D of the contract's section 9: 0 (= 512) or
                               * 128; state rows 2D floats (overlap 4D) */
+    kvc_rotation rotate;     /* section 9's rotation (head width 128)       */
+    kvc_state_dtype state_dtype; /* BFLOAT16: args.state_cache points at
+                              * state_bf16, bf16_rne of state_cache (SPEC 10) */
+    int score_bias;          /* 1: args.score_bias = the case's score_bias,
+                              * element n = f32(seed, 4, n) * 0.5 (SPEC 10) */
 } kvc_case_params;
 
 /** A generated case: owned host tensors plus args pointing at them. */
@@ -71,10 +76,12 @@ typedef struct kvc_case {
     int64_t *kv_slot_mapping;/* [num_tokens]                                */
     int64_t *boundary_token_indices; /* [num_outputs]                       */
     int32_t *block_table;    /* [num_reqs][blocks_per_req]                  */
-    uint16_t *rms_norm_weight;   /* [512]                                   */
+    uint16_t *rms_norm_weight;   /* [512] (a head width of 128 uses the first 128) */
     float *cos_sin_cache;    /* [max_pos][64]                               */
     uint8_t *kv_cache;       /* [num_pages][page_stride]                    */
     size_t state_elems, kv_cache_bytes;
+    uint16_t *state_bf16;    /* [state_elems] bf16 bits of state_cache, or NULL (float32 state) */
+    float *score_bias;       /* [C][state_width / 2], or NULL               */
 } kvc_case;
 
 /**

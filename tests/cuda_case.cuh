@@ -27,8 +27,8 @@
 struct dev_case {
     kvc_case host;        /* host tensors                                    */
     kvc_args d;           /* the same tensors on the device                  */
-    void *ptrs[9];
-    size_t bytes[9];
+    void *ptrs[KVC_KIT_TENSORS]; /* kvc_kit_tensors order; score_bias NULL where the host's is */
+    size_t bytes[KVC_KIT_TENSORS];
     uint8_t *cpu_rows;    /* [num_outputs][584]: the CPU backend's bytes     */
     uint8_t *got;         /* pinned host copy of the device kv_cache         */
     char name[160];
@@ -44,20 +44,21 @@ static inline int tc_make(const char *spec, dev_case *x) {
         return -1;
     }
     const kvc_args *a = &x->host.args;
-    const void *src[9];
+    const void *src[KVC_KIT_TENSORS];
     kvc_kit_tensors(a, src, x->bytes);
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < KVC_KIT_TENSORS; i++) {
+        if (i == KVC_KIT_BIAS && !src[i]) continue;
         TC_CHECK(cudaMalloc(&x->ptrs[i], x->bytes[i] ? x->bytes[i] : 16));
         if (src[i] && x->bytes[i]) TC_CHECK(cudaMemcpy(x->ptrs[i], src[i], x->bytes[i], cudaMemcpyHostToDevice));
     }
     x->d = *a;
     kvc_kit_rebind(&x->d, x->ptrs);
-    TC_CHECK(cudaMallocHost(&x->got, x->bytes[8] ? x->bytes[8] : 16));
+    TC_CHECK(cudaMallocHost(&x->got, x->bytes[KVC_KIT_KV] ? x->bytes[KVC_KIT_KV] : 16));
     return 0;
 }
 
 static inline void tc_free(dev_case *x) {
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < KVC_KIT_TENSORS; i++)
         if (x->ptrs[i]) cudaFree(x->ptrs[i]);
     if (x->got) cudaFreeHost(x->got);
     free(x->cpu_rows);

@@ -29,7 +29,7 @@ static size_t device_used(void) {
 
 /* The case's bytes in x->got (copied on s, synchronised) equal the CPU's. */
 static int bytes_ok(dev_case *x, cudaStream_t s) {
-    TC_CHECK(cudaMemcpyAsync(x->got, x->d.kv_cache, x->bytes[8], cudaMemcpyDeviceToHost, s));
+    TC_CHECK(cudaMemcpyAsync(x->got, x->d.kv_cache, x->bytes[KVC_KIT_KV], cudaMemcpyDeviceToHost, s));
     TC_CHECK(cudaStreamSynchronize(s));
     kvc_kit_output_rows(&x->host.args, &x->host, x->got, g_rows);
     return memcmp(g_rows, x->cpu_rows, (size_t)x->host.args.num_outputs * KVC_SLOT_BYTES) == 0;
@@ -48,7 +48,7 @@ static int call_once(dev_case *x, cudaStream_t s, int round) {
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CUDA;
     ex.stream = s;
-    TC_CHECK(cudaMemsetAsync(x->d.kv_cache, round * 13 + 5, x->bytes[8], s));
+    TC_CHECK(cudaMemsetAsync(x->d.kv_cache, round * 13 + 5, x->bytes[KVC_KIT_KV], s));
     kvc_device_status st;
     memset(&st, 0, sizeof st);
     if (kvc_compress(&x->d, &ex, NULL) != KVC_OK || kvc_cuda_read_status(&ex, &st) != KVC_OK || st.status != 0 ||
@@ -62,7 +62,7 @@ static int call_once(dev_case *x, cudaStream_t s, int round) {
 
 /* The call with exec->device_status = status (and kv_cache = kv) refused with `want`; the case's kv_cache untouched. */
 static int refused(dev_case *x, void *status, uint8_t *kv, kvc_status want, const char *frag, const char *what) {
-    TC_CHECK(cudaMemset(x->d.kv_cache, 0x5A, x->bytes[8]));
+    TC_CHECK(cudaMemset(x->d.kv_cache, 0x5A, x->bytes[KVC_KIT_KV]));
     kvc_args d = x->d;
     if (kv) d.kv_cache = kv;
     kvc_exec ex;
@@ -71,9 +71,9 @@ static int refused(dev_case *x, void *status, uint8_t *kv, kvc_status want, cons
     ex.device_status = (kvc_device_status *)status;
     const kvc_status st = kvc_compress(&d, &ex, NULL);
     TC_CHECK(cudaDeviceSynchronize());
-    TC_CHECK(cudaMemcpy(x->got, x->d.kv_cache, x->bytes[8], cudaMemcpyDeviceToHost));
+    TC_CHECK(cudaMemcpy(x->got, x->d.kv_cache, x->bytes[KVC_KIT_KV], cudaMemcpyDeviceToHost));
     int bad = st != want || !strstr(kvc_last_error_message(), frag);
-    for (size_t i = 0; i < x->bytes[8] && !bad; i++) bad = x->got[i] != 0x5A;
+    for (size_t i = 0; i < x->bytes[KVC_KIT_KV] && !bad; i++) bad = x->got[i] != 0x5A;
     printf("%s %s: %s, \"%s\"\n", bad ? "FAIL" : "ok  ", what, kvc_status_string(st), kvc_last_error_message());
     return bad;
 }
@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
     }
 
     /* the graph replays on its workspace after the churn */
-    TC_CHECK(cudaMemsetAsync(x.d.kv_cache, 0x33, x.bytes[8], gs));
+    TC_CHECK(cudaMemsetAsync(x.d.kv_cache, 0x33, x.bytes[KVC_KIT_KV], gs));
     TC_CHECK(cudaGraphLaunch(exec, gs));
     kvc_device_status s;
     const int graph_ok = kvc_cuda_read_status(&gex, &s) == KVC_OK && s.status == 0 &&

@@ -35,7 +35,7 @@ static kvc_numerics run(dev_case *x, kvc_numerics mode, const int64_t *bidx, int
     TC_CHECK(cudaMalloc(&d_bidx, (size_t)(n > 0 ? n : 1) * 8));
     TC_CHECK(cudaMemcpy(d_bidx, bidx, (size_t)n * 8, cudaMemcpyHostToDevice));
     a.boundary_token_indices = d_bidx;
-    TC_CHECK(cudaMemset(x->d.kv_cache, 0xA5, x->bytes[8]));
+    TC_CHECK(cudaMemset(x->d.kv_cache, 0xA5, x->bytes[KVC_KIT_KV]));
     kvc_exec ex;
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CUDA;
@@ -50,7 +50,7 @@ static kvc_numerics run(dev_case *x, kvc_numerics mode, const int64_t *bidx, int
                (long long)n);
         exit(1);
     }
-    TC_CHECK(cudaMemcpy(x->got, x->d.kv_cache, x->bytes[8], cudaMemcpyDeviceToHost));
+    TC_CHECK(cudaMemcpy(x->got, x->d.kv_cache, x->bytes[KVC_KIT_KV], cudaMemcpyDeviceToHost));
     cudaFree(d_bidx);
     /* rows in the order of bidx */
     kvc_args t = x->host.args;

@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
         for (int d = 0; d < nd; d++) {
             dev_case *x = &cs[d];
             TC_CHECK(cudaSetDevice(d));
-            TC_CHECK(cudaMemsetAsync(x->d.kv_cache, (it * 29 + 7 * d) | 1, x->bytes[8], st[d]));
+            TC_CHECK(cudaMemsetAsync(x->d.kv_cache, (it * 29 + 7 * d) | 1, x->bytes[KVC_KIT_KV], st[d]));
             kvc_exec_init(&ex[d]);
             ex[d].stream = st[d];
             if (it % 2 == 0) {
@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
                 failures++;
             }
             TC_CHECK(cudaSetDevice(d));
-            TC_CHECK(cudaMemcpyAsync(x->got, x->d.kv_cache, x->bytes[8], cudaMemcpyDeviceToHost, st[d]));
+            TC_CHECK(cudaMemcpyAsync(x->got, x->d.kv_cache, x->bytes[KVC_KIT_KV], cudaMemcpyDeviceToHost, st[d]));
             ex[d].device = d; /* reading the status word: that device's, that stream's */
         }
         for (int d = 0; d < nd; d++) {

@@ -40,9 +40,9 @@ static void *shared_stream_run(void *arg) {
     ex.stream = j->s;
     const size_t n = (size_t)x->host.args.num_outputs * KVC_SLOT_BYTES;
     for (int it = 0; it < j->iters; it++) {
-        if (cudaMemsetAsync(x->d.kv_cache, (it * 29 + 7) | 1, x->bytes[8], j->s) != cudaSuccess ||
+        if (cudaMemsetAsync(x->d.kv_cache, (it * 29 + 7) | 1, x->bytes[KVC_KIT_KV], j->s) != cudaSuccess ||
             kvc_compress(&x->d, &ex, NULL) != KVC_OK ||
-            cudaMemcpyAsync(x->got, x->d.kv_cache, x->bytes[8], cudaMemcpyDeviceToHost, j->s) != cudaSuccess ||
+            cudaMemcpyAsync(x->got, x->d.kv_cache, x->bytes[KVC_KIT_KV], cudaMemcpyDeviceToHost, j->s) != cudaSuccess ||
             cudaStreamSynchronize(j->s) != cudaSuccess) {
             j->failures++;
             continue;
@@ -76,12 +76,12 @@ int main(int argc, char **argv) {
             kvc_exec_init(&ex[k]);
             ex[k].backend = KVC_BACKEND_CUDA;
             ex[k].stream = st[k];
-            TC_CHECK(cudaMemsetAsync(x->d.kv_cache, (it * 37 + 11 * k) | 1, x->bytes[8], st[k]));
+            TC_CHECK(cudaMemsetAsync(x->d.kv_cache, (it * 37 + 11 * k) | 1, x->bytes[KVC_KIT_KV], st[k]));
             if (kvc_compress(&x->d, &ex[k], NULL) != KVC_OK) {
                 printf("FAIL %s: %s\n", x->name, kvc_last_error_message());
                 return 1;
             }
-            TC_CHECK(cudaMemcpyAsync(x->got, x->d.kv_cache, x->bytes[8], cudaMemcpyDeviceToHost, st[k]));
+            TC_CHECK(cudaMemcpyAsync(x->got, x->d.kv_cache, x->bytes[KVC_KIT_KV], cudaMemcpyDeviceToHost, st[k]));
         }
         for (int k = 0; k < 2; k++) {
             dev_case *x = &cs[pick[k]];

@@ -142,8 +142,8 @@ static void output_row(const kvc_case *c, const dsv4_case *k, const float *bias,
         kvc_finalize_slot(cw, scratch, a->rms_norm_weight, cs, il, a->rms_norm_eps,
                           !strcmp(k->format, "fp8"), row, row + 576);
     } else {
-        const int fmt = !strcmp(k->format, "indexer_fp8") ? KVC_INDEXER_FP8 : KVC_INDEXER_MXFP4;
-        const int payload = fmt == KVC_INDEXER_FP8 ? 128 : 64;
+        const int fmt = !strcmp(k->format, "indexer_fp8") ? KVC_FMT_IFP8 : KVC_FMT_MXFP4;
+        const int payload = fmt == KVC_FMT_IFP8 ? 128 : 64;
         kvc_finalize_indexer(cw, scratch, a->rms_norm_weight, cs, il, a->rms_norm_eps, (int)k->rotate, fmt, row,
                              row + payload);
     }

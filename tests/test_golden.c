@@ -4,8 +4,8 @@
  * check SPEC 4 / 7 conformance against *.ref.bin; check that every byte
  * outside the written slots kept its (poisoned) value.
  *
- * usage: test_golden GOLDEN_DIR [dirs=main,edge,...] [backend=cpu|cuda|opencl]
- *                    [formats=int8|fp8|all] [overlap=0|1|all] [threads=N] [repeat=N]
+ * usage: test_golden GOLDEN_DIR [dirs=main,edge,dsv4,...] [backend=cpu|cuda|opencl]
+ *                    [formats=int8|fp8|indexer_fp8|indexer_mxfp4|all] [overlap=0|1|all] [threads=N] [repeat=N]
  * repeat=N runs the selection N times (device backends: a race shows up as a
  * case that fails in some runs only).  numerics=fast asks for SPEC 8's FAST
  * mode: a call that reports FAST must conform to *.ref.bin (to *.canon.bin
@@ -24,7 +24,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s GOLDEN_DIR [dirs=..] [backend=..] [formats=..] [overlap=..] [repeat=N]\n", argv[0]);
         return 2;
     }
-    const char *dirs = "main,engine,edge", *formats = "all", *overlap = "all";
+    const char *dirs = "main,engine,edge,dsv4", *formats = "all", *overlap = "all";
     int repeat = 1;
     kvc_numerics numerics = KVC_NUMERICS_EXACT;
     kvc_exec ex;
@@ -53,8 +53,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         kvc_golden_case *g = &cases[i];
         if (!strstr(dirs, g->dir)) continue;
-        int fp8 = g->params.nope_format == KVC_NOPE_FP8_E4M3;
-        if (strcmp(formats, "all") && strcmp(formats, fp8 ? "fp8" : "int8")) continue;
+        const int fp8 = g->params.nope_format == KVC_NOPE_FP8_E4M3;
+        const int64_t SB = kvc_slot_bytes(g->params.nope_format); /* a golden row: 584, 132 or 68 bytes */
+        if (strcmp(formats, "all") && strcmp(formats, kvc_kit_format_name(g->params.nope_format))) continue;
         if (strcmp(overlap, "all") && atoi(overlap) != (int)g->params.overlap) continue;
         ran++;
         char msg[512] = "";
@@ -65,7 +66,7 @@ int main(int argc, char **argv) {
             continue;
         }
         int bad = 0;
-        if (c.args.num_outputs != g->outputs || c.args.num_pages != g->pages) {
+        if (c.args.num_outputs != g->outputs || (g->pages >= 0 && c.args.num_pages != g->pages)) {
             printf("FAIL %s: %lld outputs / %lld pages, manifest says %lld / %lld\n", g->name,
                    (long long)c.args.num_outputs, (long long)c.args.num_pages, (long long)g->outputs,
                    (long long)g->pages);
@@ -98,23 +99,27 @@ int main(int argc, char **argv) {
             size_t len = 0;
             snprintf(path, sizeof path, "%s/%s/%s.canon.bin", argv[1], g->dir, g->name);
             canon = kvc_kit_read_file(path, &len);
-            if (!canon || len != (size_t)g->outputs * KVC_SLOT_BYTES) {
+            if (!canon || len != (size_t)g->outputs * SB) {
                 printf("FAIL %s: cannot read %s (or wrong size)\n", g->name, path);
                 bad = 1;
             }
-            ours = malloc((size_t)g->outputs * KVC_SLOT_BYTES);
-            for (int64_t o = 0; !bad && o < g->outputs; o++) kvc_kit_slot_row(&c.args, o, ours + o * KVC_SLOT_BYTES);
+            ours = malloc((size_t)g->outputs * SB);
+            for (int64_t o = 0; !bad && o < g->outputs; o++) kvc_kit_slot_row(&c.args, o, ours + o * SB);
             const int fast = rep.numerics == KVC_NUMERICS_FAST;
             int64_t differ = 0;
+            if (!bad && fast && SB != KVC_SLOT_BYTES) {
+                printf("FAIL %s: FAST numerics reported for a format without a FAST form\n", g->name);
+                bad = 1;
+            }
             if (!bad && fast && !g->has_ref && kvc_kit_conforms(ours, canon, g->outputs, fp8, &differ, msg, sizeof msg)) {
                 printf("FAIL %s: fast numerics: conformance to canon: %s\n", g->name, msg);
                 bad = 1;
             }
             for (int64_t o = 0; !bad && !fast && o < g->outputs; o++)
-                for (int k = 0; k < KVC_SLOT_BYTES; k++)
-                    if (ours[o * KVC_SLOT_BYTES + k] != canon[o * KVC_SLOT_BYTES + k]) {
+                for (int k = 0; k < SB; k++)
+                    if (ours[o * SB + k] != canon[o * SB + k]) {
                         printf("FAIL %s: output %lld byte %d is 0x%02x, canon 0x%02x\n", g->name, (long long)o, k,
-                               ours[o * KVC_SLOT_BYTES + k], canon[o * KVC_SLOT_BYTES + k]);
+                               ours[o * SB + k], canon[o * SB + k]);
                         bad = 1;
                         break;
                     }
@@ -125,7 +130,7 @@ int main(int argc, char **argv) {
             if (!bad && g->has_ref) {
                 snprintf(path, sizeof path, "%s/%s/%s.ref.bin", argv[1], g->dir, g->name);
                 ref = kvc_kit_read_file(path, &len);
-                if (!ref || len != (size_t)g->outputs * KVC_SLOT_BYTES) {
+                if (!ref || len != (size_t)g->outputs * SB) {
                     printf("FAIL %s: cannot read %s\n", g->name, path);
                     bad = 1;
                 } else if (kvc_kit_conforms(ours, ref, g->outputs, fp8, &differ, msg, sizeof msg)) {

@@ -43,9 +43,9 @@ static int call_once(cl_command_queue q, const kvc_kit_dev_args *x, const char *
     kvc_device_status s;
     memset(&s, 0, sizeof s);
     kvc_status st = KVC_ERROR_DEVICE;
-    if (clEnqueueFillBuffer(q, (cl_mem)x->h[8], &poison, 1, 0, x->kv_bytes, 0, NULL, NULL) == CL_SUCCESS &&
+    if (clEnqueueFillBuffer(q, (cl_mem)x->h[KVC_KIT_KV], &poison, 1, 0, x->kv_bytes, 0, NULL, NULL) == CL_SUCCESS &&
         (st = kvc_compress(&x->d, &ex, NULL)) == KVC_OK && (st = kvc_opencl_read_status(&ex, &s)) == KVC_OK &&
-        clEnqueueReadBuffer(q, (cl_mem)x->h[8], CL_TRUE, 0, x->kv_bytes, g_got, 0, NULL, NULL) != CL_SUCCESS)
+        clEnqueueReadBuffer(q, (cl_mem)x->h[KVC_KIT_KV], CL_TRUE, 0, x->kv_bytes, g_got, 0, NULL, NULL) != CL_SUCCESS)
         st = KVC_ERROR_DEVICE;
     if (st != KVC_OK || s.status != 0 || s.outputs_written != g_host.args.num_outputs) {
         printf("FAIL %s %d: %s (%s), device status %d, %lld written\n", what, round, kvc_status_string(st),
@@ -149,7 +149,7 @@ static int buffers_checked(cl_command_queue q, const kvc_kit_dev_args *x) {
     clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, NULL);
     cl_int err;
     int f = 0;
-    cl_mem kv = (cl_mem)x->h[8], state = (cl_mem)x->h[0];
+    cl_mem kv = (cl_mem)x->h[KVC_KIT_KV], state = (cl_mem)x->h[0];
     f += refused(q, &x->d, kv, KVC_ERROR_ALIASING, "kv_cache", "status word = the kv_cache buffer", kv, x->kv_bytes);
     f += refused(q, &x->d, state, KVC_ERROR_ALIASING, "state_cache", "status word = the state buffer", kv,
                  x->kv_bytes);

@@ -87,10 +87,10 @@ static void *shared_queue_run(void *arg) {
     const size_t n = (size_t)x->host.args.num_outputs * KVC_SLOT_BYTES;
     for (int it = 0; it < j->iters; it++) {
         const cl_uchar poison = (cl_uchar)(it * 29 + 7);
-        if (clEnqueueFillBuffer(j->q, (cl_mem)x->dev.h[8], &poison, 1, 0, x->dev.kv_bytes, 0, NULL, NULL) !=
+        if (clEnqueueFillBuffer(j->q, (cl_mem)x->dev.h[KVC_KIT_KV], &poison, 1, 0, x->dev.kv_bytes, 0, NULL, NULL) !=
                 CL_SUCCESS ||
             kvc_compress(&x->dev.d, &ex, NULL) != KVC_OK ||
-            clEnqueueReadBuffer(j->q, (cl_mem)x->dev.h[8], CL_TRUE, 0, x->dev.kv_bytes, x->got, 0, NULL, NULL) !=
+            clEnqueueReadBuffer(j->q, (cl_mem)x->dev.h[KVC_KIT_KV], CL_TRUE, 0, x->dev.kv_bytes, x->got, 0, NULL, NULL) !=
                 CL_SUCCESS) {
             j->failures++;
             continue;
@@ -162,10 +162,10 @@ int main(int argc, char **argv) {
             ex[k].backend = KVC_BACKEND_OPENCL;
             ex[k].stream = q[k];
             const cl_uchar poison = (cl_uchar)((it * 37 + 11 * k) | 1);
-            if (clEnqueueFillBuffer(q[k], (cl_mem)x->dev.h[8], &poison, 1, 0, x->dev.kv_bytes, 0, NULL, NULL) !=
+            if (clEnqueueFillBuffer(q[k], (cl_mem)x->dev.h[KVC_KIT_KV], &poison, 1, 0, x->dev.kv_bytes, 0, NULL, NULL) !=
                     CL_SUCCESS ||
                 kvc_compress(&x->dev.d, &ex[k], NULL) != KVC_OK ||
-                clEnqueueReadBuffer(q[k], (cl_mem)x->dev.h[8], CL_FALSE, 0, x->dev.kv_bytes, x->got, 0, NULL, NULL) !=
+                clEnqueueReadBuffer(q[k], (cl_mem)x->dev.h[KVC_KIT_KV], CL_FALSE, 0, x->dev.kv_bytes, x->got, 0, NULL, NULL) !=
                     CL_SUCCESS) {
                 printf("FAIL iteration %d queue %d %s: %s\n", it, k, kSpecs[pick[k]], kvc_last_error_message());
                 return 1;

@@ -85,11 +85,11 @@ int main(int argc, char **argv) {
             if (kvc_compress(&x.d, &ex, NULL) != KVC_OK) bad++;
             if (i % 500 == 499) {
                 const cl_uchar poison = (cl_uchar)i;
-                if (clEnqueueReadBuffer(q, (cl_mem)x.h[8], CL_TRUE, 0, x.kv_bytes, got, 0, NULL, NULL) != CL_SUCCESS)
+                if (clEnqueueReadBuffer(q, (cl_mem)x.h[KVC_KIT_KV], CL_TRUE, 0, x.kv_bytes, got, 0, NULL, NULL) != CL_SUCCESS)
                     bad++;
                 kvc_kit_output_rows(&c.args, &c, got, rows);
                 bad += memcmp(rows, want, n) != 0;
-                clEnqueueFillBuffer(q, (cl_mem)x.h[8], &poison, 1, 0, x.kv_bytes, 0, NULL, NULL);
+                clEnqueueFillBuffer(q, (cl_mem)x.h[KVC_KIT_KV], &poison, 1, 0, x.kv_bytes, 0, NULL, NULL);
             }
         }
         clFinish(q);

@@ -195,13 +195,15 @@ static void test_row_lookup(void) {
     sh.state_stride_token = 2048;
     sh.state_stride_block = 4 * 2048 + 64;
     int bad = 0, masked = 0, badrows = 0;
-    for (int ov = 0; ov < 2; ov++) {
+    for (int k = 0; k < 4; k++) {
+        const int ov = k & 1, D = k < 2 ? 512 : 128;
         sh.overlap = ov;
+        sh.head_dim = D;
         sh.compress_ratio = 4;
         for (int64_t p = 3; p < 16; p++)
             for (int64_t i = 0; i < (ov ? 8 : 4); i++) {
                 const int64_t pos = ov ? (i < 4 ? p - 7 + i : p - 3 + (i - 4)) : p - 3 + i;
-                const int64_t half = ov ? (i < 4 ? 0 : 512) : 0;
+                const int64_t half = ov ? (i < 4 ? 0 : D) : 0;
                 int64_t want, blk = -99;
                 if (pos < 0) {
                     want = KVC_ROW_MASKED;
@@ -220,7 +222,9 @@ static void test_row_lookup(void) {
     }
     TU_CHECK(bad == 0 && masked > 0 && badrows > 0, "kvc_row_lookup: %d rows differ (%d masked, %d bad seen)", bad,
              masked, badrows);
-    TU_CHECK(kvc_score_delta(0) == 512 && kvc_score_delta(1) == 1024, "score half offsets");
+    TU_CHECK(kvc_score_delta(0, 512) == 512 && kvc_score_delta(1, 512) == 1024 && kvc_score_delta(0, 128) == 128 &&
+                 kvc_score_delta(1, 128) == 256,
+             "score half offsets");
 }
 
 int main(int argc, char **argv) {

@@ -67,15 +67,17 @@ static inline void *tu_dup(const void *p, size_t n) {
     return q;
 }
 
-/* Is byte `off` of the KV cache inside the 584 bytes of a slot in `written`? */
+/* Is byte `off` of the KV cache inside the bytes of a slot in `written`
+ * (its payload and its scale bytes, in the format's page layout)? */
 static inline int tu_in_slot(const kvc_args *a, size_t off, const unsigned char *written) {
     kvc_args r = *a;
     kvc_resolve_strides(&r);
-    int64_t S = a->kv_block_size, stride = r.page_stride;
+    const int64_t S = a->kv_block_size, stride = r.page_stride;
+    const int64_t pb = kvc_payload_bytes(r.nope_format), sb = kvc_scale_bytes(r.nope_format);
     int64_t page = (int64_t)off / stride, in = (int64_t)off % stride;
     int64_t s;
-    if (in < S * 576) s = in / 576;
-    else if (in < S * 584) s = (in - S * 576) / 8;
+    if (in < S * pb) s = in / pb;
+    else if (in < S * (pb + sb)) s = (in - S * pb) / sb;
     else return 0;
     return written[page * S + s];
 }

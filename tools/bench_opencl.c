@@ -188,7 +188,7 @@ int kvc_bench_opencl_case(kvc_case *c, int repeat, double floor_bytes, bench_res
         }
     }
     if (out->status == KVC_OK) {
-        kvc_kit_opencl_mem.get(x.h[8], c->kv_cache, x.kv_bytes);
+        kvc_kit_opencl_mem.get(x.h[KVC_KIT_KV], c->kv_cache, x.kv_bytes);
         out->samples = malloc(sizeof(double) * (size_t)(n ? n : 1));
         if (out->samples) memcpy(out->samples, t, sizeof(double) * (size_t)n);
         out->nsamples = n;

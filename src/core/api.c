@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "kvc_backend.h"
+#include "kvc_check.h"
 #include "kvcompress_cuda.h"
 #include "kvcompress_opencl.h"
 
@@ -14,6 +15,10 @@ void kvc_args_init(kvc_args *args) {
     args->state_width = 1024;
     args->kv_block_size = 64;
     args->rms_norm_eps = 1e-6f;
+}
+
+int64_t kvc_slot_bytes(kvc_nope_format format) {
+    return (unsigned)format > KVC_INDEXER_MXFP4 ? 0 : kvc_fmt_slot_bytes(format);
 }
 
 /* The online processor count, read once: sysconf reads it from sysfs, ~8 us

@@ -431,8 +431,11 @@ KVC_FN int kvc_finalize_slot(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH flo
 #define KVC_INV128 0x1p-7f
 #define KVC_INV_SQRT128 0x1.6a09e6p-4f /* 1/sqrt(128) rounded to binary32 */
 #define KVC_MX_AMAX_FLOOR 0x1.8p-124f  /* 6 * 2^-126                     */
-#define KVC_INDEXER_FP8 1
-#define KVC_INDEXER_MXFP4 2
+/* Slot formats, the values of kvc_nope_format (kvcompress.h) */
+#define KVC_FMT_INT8 0
+#define KVC_FMT_FP8 1
+#define KVC_FMT_IFP8 2  /* INDEXER_FP8   */
+#define KVC_FMT_MXFP4 3 /* INDEXER_MXFP4 */
 
 /** The e2m1 code (sign bit 3) of v: the magnitude to the nearest of 0, 0.5,
  * 1, 1.5, 2, 3, 4, 6, a tie to the even code, saturating at 6. */
@@ -468,8 +471,8 @@ KVC_FN void kvc_hadamard128(KVC_FIN_SCRATCH float *x) {
 /**
  * The slot of one output of head width 128 from its window sums c[128]:
  * RMSNorm over 128 (w: 128 bf16 weights), RoPE on dims 64..127, the
- * optional rotation, bf16, then INDEXER_FP8 (fmt 1: 128 e4m3 values at
- * payload, the binary32 scale 2^e at scale) or INDEXER_MXFP4 (fmt 2: 64
+ * optional rotation, bf16, then INDEXER_FP8 (KVC_FMT_IFP8: 128 e4m3 values at
+ * payload, the binary32 scale 2^e at scale) or INDEXER_MXFP4 (KVC_FMT_MXFP4: 64
  * bytes of e2m1 pairs at payload, 4 scale bytes e + 127 at scale).  x is
  * 128 floats of scratch.  @return 1 for a non-finite slot (written as
  * such), else 0.
@@ -498,7 +501,7 @@ KVC_FN int kvc_finalize_indexer(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH 
         bad |= kvc_bf16_nonfinite(h);
         x[d] = kvc_bf16_to_f32(h);
     }
-    if (fmt == KVC_INDEXER_FP8) {
+    if (fmt == KVC_FMT_IFP8) {
         if (bad) {
             for (int d = 0; d < 128; d++) payload[d] = 0;
             scale[0] = 0x00, scale[1] = 0x00, scale[2] = 0xC0, scale[3] = 0x7F; /* quiet NaN */

@@ -49,6 +49,8 @@ typedef struct kvc_shape {
     kvc_i64 num_tokens, num_outputs, num_reqs, blocks_per_req, block_table_stride;
     kvc_i64 max_pos, cos_sin_stride, num_pages, page_stride, kv_block_size, compress_ratio;
     kvc_i64 nope_format, overlap, cos_sin_layout;
+    kvc_i64 head_dim, rotate, state_bf16; /* SPEC 9, 10 (resolved: head_dim 128 or 512) */
+    kvc_i64 score_bias_stride;            /* 0: no score bias                              */
     float rms_norm_eps, pad_;
 } kvc_shape;
 
@@ -65,29 +67,39 @@ KVC_FN kvc_i64 kvc_row_offset(kvc_i64 blk, kvc_i64 pos, kvc_i64 block_size, kvc_
     return blk * stride_block + (pos % block_size) * stride_token;
 }
 
-/** Byte offsets in kv_cache of slot's 576 payload bytes and of its 8 scale bytes. */
-KVC_FN void kvc_slot_offsets_s(kvc_i64 slot, kvc_i64 S, kvc_i64 page_stride, kvc_i64 *payload, kvc_i64 *scales) {
-    const kvc_i64 page = slot / S, s = slot - page * S;
-    *payload = page * page_stride + s * 576;
-    *scales = page * page_stride + S * 576 + s * 8;
+/** A slot format's payload and scale bytes (a page holds S payloads, then S
+ * scale records): 576 + 8 (INT8, FP8), 128 + 4 (INDEXER_FP8), 64 + 4
+ * (INDEXER_MXFP4). */
+KVC_FN kvc_i64 kvc_payload_bytes(kvc_i64 fmt) { return fmt == KVC_FMT_IFP8 ? 128 : fmt == KVC_FMT_MXFP4 ? 64 : 576; }
+KVC_FN kvc_i64 kvc_scale_bytes(kvc_i64 fmt) { return fmt >= KVC_FMT_IFP8 ? 4 : 8; }
+KVC_FN kvc_i64 kvc_fmt_slot_bytes(kvc_i64 fmt) { return kvc_payload_bytes(fmt) + kvc_scale_bytes(fmt); }
+
+/** Byte offsets in kv_cache of a slot's payload bytes and of its scale bytes. */
+KVC_FN void kvc_slot_offsets_s(kvc_i64 slot, kvc_i64 S, kvc_i64 page_stride, kvc_i64 fmt, kvc_i64 *payload,
+                               kvc_i64 *scales) {
+    const kvc_i64 page = slot / S, s = slot - page * S, pb = kvc_payload_bytes(fmt);
+    *payload = page * page_stride + s * pb;
+    *scales = page * page_stride + S * pb + s * kvc_scale_bytes(fmt);
 }
 
 /**
- * Window row i of the output at boundary position p: its position (< 0 =
- * masked: value 0, score -Inf) and the float offsets of its value and score
- * halves inside the state row.  Overlap rows i < C are the A halves of
- * p-2C+1+i, rows i >= C the B halves of p-C+1+(i-C); otherwise row i is
- * position p-C+1+i with values at 0 and scores at 512.
+ * Window row i of the output at boundary position p, head width D: its
+ * position (< 0 = masked: value 0, score -Inf) and the element offsets of
+ * its value and score halves inside the state row.  Overlap rows i < C are
+ * the A halves of p-2C+1+i, rows i >= C the B halves of p-C+1+(i-C) (row
+ * [vA | vB | sA | sB]); otherwise row i is position p-C+1+i with values at
+ * 0 and scores at D.  A score's index in the row's score half (score_bias's
+ * k, SPEC 10) is its dim plus so - kvc_score_delta(overlap, D).
  */
-KVC_FN kvc_i64 kvc_window_row(kvc_i64 p, kvc_i64 C, int overlap, kvc_i64 i, int *vo, int *so) {
+KVC_FN kvc_i64 kvc_window_row(kvc_i64 p, kvc_i64 C, int overlap, int D, kvc_i64 i, int *vo, int *so) {
     if (!overlap) {
         *vo = 0;
-        *so = 512;
+        *so = D;
         return p - C + 1 + i;
     }
     const int first = i < C;
-    *vo = first ? 0 : 512;
-    *so = first ? 1024 : 1536;
+    *vo = first ? 0 : D;
+    *so = first ? 2 * D : 3 * D;
     return first ? p - 2 * C + 1 + i : p - C + 1 + (i - C);
 }
 
@@ -95,8 +107,8 @@ KVC_FN kvc_i64 kvc_window_row(kvc_i64 p, kvc_i64 C, int overlap, kvc_i64 i, int 
 #define KVC_ROW_MASKED (-1) /* masked overlap row: value 0, score -Inf       */
 #define KVC_ROW_BAD (-2)    /* its physical block is outside [0, num_blocks) */
 
-/** Score half - value half of a window row, in floats (kvc_window_row's so - vo). */
-KVC_FN kvc_i64 kvc_score_delta(int overlap) { return overlap ? 1024 : 512; }
+/** Score half - value half of a window row, in elements (kvc_window_row's so - vo). */
+KVC_FN kvc_i64 kvc_score_delta(int overlap, int D) { return overlap ? 2 * D : D; }
 
 /**
  * The one row lookup of every backend: window row i of the output at
@@ -108,7 +120,7 @@ KVC_FN kvc_i64 kvc_score_delta(int overlap) { return overlap ? 1024 : 512; }
 KVC_FN kvc_i64 kvc_row_lookup(const kvc_shape *sh, KVC_GLOBAL const kvc_i32 *trow, kvc_i64 p, kvc_i64 i,
                               kvc_i64 *blk) {
     int vo, so;
-    const kvc_i64 pos = kvc_window_row(p, sh->compress_ratio, sh->overlap != 0, i, &vo, &so);
+    const kvc_i64 pos = kvc_window_row(p, sh->compress_ratio, sh->overlap != 0, (int)sh->head_dim, i, &vo, &so);
     if (pos < 0) return KVC_ROW_MASKED;
     const kvc_i64 l = kvc_udiv(pos, sh->block_size);
     const kvc_i64 g = trow[l];
@@ -309,6 +321,10 @@ KVC_FN kvc_shape kvc_shape_of(const kvc_args *a) {
     s.nope_format = a->nope_format;
     s.overlap = a->overlap;
     s.cos_sin_layout = a->cos_sin_layout;
+    s.head_dim = a->head_dim;
+    s.rotate = a->rotate;
+    s.state_bf16 = a->state_dtype == KVC_STATE_BFLOAT16;
+    s.score_bias_stride = a->score_bias ? a->score_bias_stride : 0; /* 0: no score bias */
     s.rms_norm_eps = a->rms_norm_eps;
     s.pad_ = 0.0f;
     return s;
@@ -321,17 +337,29 @@ KVC_FN int kvc_check_output(const kvc_args *a, kvc_i64 o, kvc_out_info *inf, int
 }
 
 /**
- * Replace every 0 ("contiguous") stride of a by the value kvcompress.h gives
- * it.  The one place these defaults are written: kvc_check_shapes calls it
- * (after checking that block_size * state_stride_token and kv_block_size *
- * 584 fit in int64), and the test kit does, on its copies of a call.
+ * Replace every 0 ("contiguous") stride of a, and a 0 head_dim, by the value
+ * kvcompress.h gives it.  The one place these defaults are written:
+ * kvc_check_shapes calls it (after checking that block_size *
+ * state_stride_token and kv_block_size * slot bytes fit in int64, and the
+ * format), and the test kit does, on its copies of a call.
  */
 KVC_FN void kvc_resolve_strides(kvc_args *a) {
+    if (a->head_dim == 0) a->head_dim = KVC_HEAD_DIM;
+    if (a->score_bias_stride == 0) a->score_bias_stride = a->state_width / 2;
     if (a->state_stride_token == 0) a->state_stride_token = a->state_width;
     if (a->state_stride_block == 0) a->state_stride_block = a->block_size * a->state_stride_token;
     if (a->block_table_stride == 0) a->block_table_stride = a->blocks_per_req;
     if (a->cos_sin_stride == 0) a->cos_sin_stride = 64;
-    if (a->page_stride == 0) a->page_stride = a->kv_block_size * KVC_SLOT_BYTES;
+    if (a->page_stride == 0) a->page_stride = a->kv_block_size * kvc_fmt_slot_bytes(a->nope_format);
+}
+
+/** Bytes of one state_cache element: 4 (float32) or 2 (bf16). */
+KVC_FN kvc_i64 kvc_state_elem_bytes(const kvc_args *a) { return a->state_dtype == KVC_STATE_BFLOAT16 ? 2 : 4; }
+
+/** 1 where a call needs what only the general GPU kernel has (SPEC 9, 10):
+ * head width 128, a bf16 state or a score bias. */
+KVC_FN int kvc_needs_general(const kvc_args *a) {
+    return a->head_dim != KVC_HEAD_DIM || a->state_dtype != KVC_STATE_FLOAT32 || a->score_bias != 0;
 }
 
 KVC_FN kvc_i64 kvc_state_row_offset(const kvc_args *a, kvc_i64 blk, kvc_i64 pos) {
@@ -339,7 +367,7 @@ KVC_FN kvc_i64 kvc_state_row_offset(const kvc_args *a, kvc_i64 blk, kvc_i64 pos)
 }
 
 KVC_FN void kvc_slot_offsets(const kvc_args *a, kvc_i64 slot, kvc_i64 *payload, kvc_i64 *scales) {
-    kvc_slot_offsets_s(slot, a->kv_block_size, a->page_stride, payload, scales);
+    kvc_slot_offsets_s(slot, a->kv_block_size, a->page_stride, a->nope_format, payload, scales);
 }
 
 /**

@@ -31,9 +31,11 @@ KVC_HIDDEN void kvc_clear_error(void);
  */
 KVC_HIDDEN kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *out);
 
-/* The nine tensors of kvc_args, in its order (kv_cache last): their names
- * for messages, and their pointers. */
-#define KVC_TENSORS 9
+/* The ten tensors of kvc_args, in its order (kv_cache last): their names
+ * for messages, and their pointers.  score_bias is optional (NULL: absent,
+ * 0 bytes). */
+#define KVC_TENSORS 10
+#define KVC_TENSOR_SCORE_BIAS 8
 KVC_HIDDEN extern const char *const kvc_tensor_names[KVC_TENSORS];
 KVC_HIDDEN void kvc_tensor_ptrs(const kvc_args *a, const void *ptrs[KVC_TENSORS]);
 

@@ -63,6 +63,8 @@ void kvc_case_free(kvc_case *c) {
     free(c->rms_norm_weight);
     free(c->cos_sin_cache);
     free(c->kv_cache);
+    free(c->state_bf16);
+    free(c->score_bias);
     memset(c, 0, sizeof *c);
 }
 
@@ -118,6 +120,10 @@ static kvc_status case_dims_of(const kvc_case_params *p, case_dims *d) {
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "compress_ratio = %lld < 1", (long long)p->compress_ratio);
     if (p->block_size < 1)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "block_size = %lld < 1", (long long)p->block_size);
+    if ((unsigned)p->nope_format > KVC_INDEXER_MXFP4)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "nope_format = %d is not a kvc_nope_format", (int)p->nope_format);
+    if ((unsigned)p->state_dtype > KVC_STATE_BFLOAT16)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "state_dtype = %d is not a kvc_state_dtype", (int)p->state_dtype);
     if (p->kv_block_size < 0 || p->kv_block_size > INT64_MAX / KVC_SLOT_BYTES)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "kv_block_size = %lld outside [0, 2^63 / 584] (0 = 64)",
                         (long long)p->kv_block_size);
@@ -161,13 +167,14 @@ static kvc_status case_dims_of(const kvc_case_params *p, case_dims *d) {
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "%lld state blocks: the block table holds int32 block numbers",
                         (long long)d->nblocks);
     const int64_t elems = muladd(muladd(d->nblocks, d->bs, 0, &ok), d->width, 0, &ok);
-    const int64_t state_bytes = muladd(elems, 4, 0, &ok);
-    const int64_t kv_bytes = muladd(muladd(d->pages, d->S, 0, &ok), KVC_SLOT_BYTES, 0, &ok);
+    const int64_t state_bytes = muladd(elems, p->state_dtype == KVC_STATE_BFLOAT16 ? 6 : 4, 0, &ok);
+    const int64_t kv_bytes = muladd(muladd(d->pages, d->S, 0, &ok), kvc_slot_bytes(p->nope_format), 0, &ok);
     int64_t host = muladd(p->total_tokens, 4 + 8 + 8, state_bytes, &ok); /* t2r, positions, slots */
     host = muladd(d->nout, 8, host, &ok);
     host = muladd(muladd(d->R, d->bpr, 0, &ok), 4, host, &ok);
     host = muladd(d->max_pos, 64 * 4, host, &ok);
     host = muladd(1, kv_bytes, host + 1024, &ok);
+    if (p->score_bias) host = muladd(muladd(d->C, d->width / 2, 0, &ok), 4, host, &ok);
     if (!ok || (uint64_t)host > SIZE_MAX)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "a case of %lld tokens (block_size %lld, kv_block_size %lld) needs "
                         "more bytes than this machine can address", (long long)p->total_tokens,
@@ -210,9 +217,12 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
     out->rms_norm_weight = malloc(512 * sizeof(uint16_t));
     out->cos_sin_cache = malloc((size_t)max_pos * 64 * sizeof(float));
     out->kv_cache = calloc(out->kv_cache_bytes ? out->kv_cache_bytes : 1, 1);
+    const int bf16 = p->state_dtype == KVC_STATE_BFLOAT16;
+    if (bf16) out->state_bf16 = malloc(out->state_elems * sizeof(uint16_t) + 2);
+    if (p->score_bias) out->score_bias = malloc((size_t)(C * (width / 2)) * sizeof(float));
     if (!out->state_cache || !out->token_to_req || !out->positions || !out->kv_slot_mapping ||
         !out->boundary_token_indices || !out->block_table || !out->rms_norm_weight || !out->cos_sin_cache ||
-        !out->kv_cache || !perm) {
+        !out->kv_cache || !perm || (bf16 && !out->state_bf16) || (p->score_bias && !out->score_bias)) {
         free(perm);
         kvc_case_free(out);
         return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "no memory for a case of %lld tokens", (long long)p->total_tokens);
@@ -286,10 +296,18 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
         int64_t blk = out->block_table[q->req * bpr + (P0 + q->pos) / bs];
         out->state_cache[(blk * bs + (P0 + q->pos) % bs) * width + q->col] = q->value;
     }
+    /* SPEC 10: a bf16 state is bf16_rne of the binary32 one, poison included */
+    for (size_t i = 0; bf16 && i < out->state_elems; i++) out->state_bf16[i] = kvc_bf16_bits(out->state_cache[i]);
+    for (int64_t n = 0; p->score_bias && n < C * (width / 2); n++)
+        out->score_bias[n] = kvc_rand_f32(p->seed, 4, (uint64_t)n) * 0.5f;
 
     kvc_args *a = &out->args;
     kvc_args_init(a);
-    a->state_cache = out->state_cache;
+    a->state_cache = bf16 ? (const float *)(const void *)out->state_bf16 : out->state_cache;
+    a->state_dtype = p->state_dtype;
+    a->head_dim = d.D;
+    a->rotate = p->rotate;
+    a->score_bias = out->score_bias;
     a->num_blocks = nblocks;
     a->block_size = bs;
     a->state_width = width;
@@ -307,7 +325,7 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
     a->max_pos = max_pos;
     a->kv_cache = out->kv_cache;
     a->num_pages = pages;
-    a->page_stride = S * KVC_SLOT_BYTES;
+    a->page_stride = S * kvc_slot_bytes(p->nope_format);
     a->kv_block_size = S;
     a->compress_ratio = C;
     a->nope_format = p->nope_format;

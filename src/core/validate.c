@@ -34,7 +34,7 @@ static int64_t cadd(int64_t a, int64_t b, int *ok) {
 
 const char *const kvc_tensor_names[KVC_TENSORS] = {
     "state_cache", "token_to_req", "positions",     "kv_slot_mapping", "boundary_token_indices",
-    "block_table", "rms_norm_weight", "cos_sin_cache", "kv_cache"};
+    "block_table", "rms_norm_weight", "cos_sin_cache", "score_bias",     "kv_cache"};
 
 void kvc_tensor_ptrs(const kvc_args *a, const void *ptrs[KVC_TENSORS]) {
     ptrs[0] = a->state_cache;
@@ -45,12 +45,13 @@ void kvc_tensor_ptrs(const kvc_args *a, const void *ptrs[KVC_TENSORS]) {
     ptrs[5] = a->block_table;
     ptrs[6] = a->rms_norm_weight;
     ptrs[7] = a->cos_sin_cache;
-    ptrs[8] = a->kv_cache;
+    ptrs[8] = a->score_bias;
+    ptrs[9] = a->kv_cache;
 }
 
 /* The byte spans [ptr, ptr + bytes) the call may touch, one per tensor, in
  * kvc_args order; the last is kv_cache (written; of each page only the first
- * 584 * kv_block_size bytes). */
+ * slot bytes * kv_block_size).  An absent score_bias spans 0 bytes. */
 enum { SPAN_COUNT = KVC_TENSORS, SPAN_KV = KVC_TENSORS - 1 };
 typedef struct {
     const char *name;
@@ -70,13 +71,20 @@ static kvc_status tensor_spans(const kvc_args *a, span sp[SPAN_COUNT]) {
                                  ? 0
                                  : cadd(cmul(a->num_reqs - 1, a->block_table_stride, &ok), a->blocks_per_req, &ok);
     const int64_t cs_elems = a->max_pos == 0 ? 0 : cadd(cmul(a->max_pos - 1, a->cos_sin_stride, &ok), 64, &ok);
-    const int64_t kv_bytes =
-        a->num_pages == 0 ? 0
-                          : cadd(cmul(a->num_pages - 1, a->page_stride, &ok), a->kv_block_size * KVC_SLOT_BYTES, &ok);
-    const int64_t bytes[SPAN_COUNT] = {cmul(st_elems, 4, &ok),      cmul(a->num_tokens, 4, &ok),
-                                       cmul(a->num_tokens, 8, &ok),  cmul(a->num_tokens, 8, &ok),
-                                       cmul(a->num_outputs, 8, &ok), cmul(bt_elems, 4, &ok),
-                                       1024,                         cmul(cs_elems, 4, &ok),
+    const int64_t kv_bytes = a->num_pages == 0 ? 0
+                                               : cadd(cmul(a->num_pages - 1, a->page_stride, &ok),
+                                                      a->kv_block_size * kvc_fmt_slot_bytes(a->nope_format), &ok);
+    const int64_t bias_elems =
+        !a->score_bias ? 0 : cadd(cmul(a->compress_ratio - 1, a->score_bias_stride, &ok), a->state_width / 2, &ok);
+    const int64_t bytes[SPAN_COUNT] = {cmul(st_elems, kvc_state_elem_bytes(a), &ok),
+                                       cmul(a->num_tokens, 4, &ok),
+                                       cmul(a->num_tokens, 8, &ok),
+                                       cmul(a->num_tokens, 8, &ok),
+                                       cmul(a->num_outputs, 8, &ok),
+                                       cmul(bt_elems, 4, &ok),
+                                       2 * a->head_dim,
+                                       cmul(cs_elems, 4, &ok),
+                                       cmul(bias_elems, 4, &ok),
                                        kv_bytes};
     if (!ok) return kvc_fail(KVC_ERROR_BAD_SHAPE, "a tensor's sizes and strides span more than 2^63 bytes");
     const void *ptrs[KVC_TENSORS];
@@ -119,9 +127,11 @@ kvc_status kvc_check_aliasing(const kvc_args *a, int handles) {
     if (st != KVC_OK) return st;
     const span *kv = &sp[SPAN_KV];
     for (int i = 0; i < SPAN_KV; i++) {
+        if (!sp[i].ptr) continue; /* an absent optional tensor */
         const int hit = handles ? sp[i].ptr == kv->ptr
                                 : meets_written((uintptr_t)kv->ptr, a->num_pages, a->page_stride,
-                                                a->kv_block_size * KVC_SLOT_BYTES, (uintptr_t)sp[i].ptr, sp[i].bytes);
+                                                a->kv_block_size * kvc_fmt_slot_bytes(a->nope_format),
+                                                (uintptr_t)sp[i].ptr, sp[i].bytes);
         if (hit)
             return kvc_fail(KVC_ERROR_ALIASING,
                             handles ? "kv_cache and %s are the same buffer: the output would rewrite an input"
@@ -143,8 +153,29 @@ kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *a) {
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "block_size = " I64 " < 1", LL(a->block_size));
     if (a->kv_block_size < 1)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "kv_block_size = " I64 " < 1", LL(a->kv_block_size));
-    if ((unsigned)a->nope_format > KVC_NOPE_FP8_E4M3)
+    if ((unsigned)a->nope_format > KVC_INDEXER_MXFP4)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "nope_format = %d is not a kvc_nope_format", (int)a->nope_format);
+    if ((unsigned)a->rotate > KVC_ROTATE_HADAMARD)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "rotate = %d is not a kvc_rotation", (int)a->rotate);
+    if ((unsigned)a->state_dtype > KVC_STATE_BFLOAT16)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "state_dtype = %d is not a kvc_state_dtype", (int)a->state_dtype);
+    if (a->head_dim != 0 && a->head_dim != 128 && a->head_dim != 512)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "head_dim = " I64 " is not 128 or 512 (0: 512)", LL(a->head_dim));
+    {
+        static const char *const fmt_names[] = {"KVC_NOPE_INT8", "KVC_NOPE_FP8_E4M3", "KVC_INDEXER_FP8",
+                                                "KVC_INDEXER_MXFP4"};
+        const int64_t D = a->head_dim ? a->head_dim : 512;
+        const int indexer = a->nope_format >= KVC_INDEXER_FP8;
+        if (indexer != (D == 128))
+            return kvc_fail(KVC_ERROR_BAD_PARAMETER,
+                            "nope_format = %s is not defined at head_dim = " I64 " (INT8 and FP8 slots are head "
+                            "width 512's, the INDEXER ones head width 128's)",
+                            fmt_names[a->nope_format], LL(D));
+        if (a->rotate && D != 128)
+            return kvc_fail(KVC_ERROR_BAD_PARAMETER,
+                            "rotate = KVC_ROTATE_HADAMARD is not defined at head_dim = " I64 " (head width 128 only)",
+                            LL(D));
+    }
     if ((unsigned)a->overlap > KVC_OVERLAP_ON)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "overlap = %d is not a kvc_overlap", (int)a->overlap);
     if ((unsigned)a->numerics > KVC_NUMERICS_FAST)
@@ -156,10 +187,10 @@ kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *a) {
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "rms_norm_eps = %g is not finite and >= 0",
                         (double)a->rms_norm_eps);
 
-    int64_t width = a->overlap == KVC_OVERLAP_ON ? 2048 : 1024;
+    const int64_t width = (a->head_dim ? a->head_dim : 512) * (a->overlap == KVC_OVERLAP_ON ? 4 : 2);
     if (a->state_width != width)
-        return kvc_fail(KVC_ERROR_BAD_SHAPE, "state_width = " I64 " != " I64 " (overlap %s)",
-                        LL(a->state_width), LL(width), a->overlap ? "on" : "off");
+        return kvc_fail(KVC_ERROR_BAD_SHAPE, "state_width = " I64 " != " I64 " (head_dim " I64 ", overlap %s)",
+                        LL(a->state_width), LL(width), LL(a->head_dim ? a->head_dim : 512), a->overlap ? "on" : "off");
     if ((st = need_nonneg("num_blocks", a->num_blocks)) || (st = need_nonneg("num_tokens", a->num_tokens)) ||
         (st = need_nonneg("num_outputs", a->num_outputs)) || (st = need_nonneg("num_reqs", a->num_reqs)) ||
         (st = need_nonneg("blocks_per_req", a->blocks_per_req)) || (st = need_nonneg("max_pos", a->max_pos)) ||
@@ -168,16 +199,18 @@ kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *a) {
         (st = need_nonneg("state_stride_token", a->state_stride_token)) ||
         (st = need_nonneg("block_table_stride", a->block_table_stride)) ||
         (st = need_nonneg("cos_sin_stride", a->cos_sin_stride)) ||
-        (st = need_nonneg("page_stride", a->page_stride)))
+        (st = need_nonneg("page_stride", a->page_stride)) ||
+        (st = need_nonneg("score_bias_stride", a->score_bias_stride)))
         return st;
 
     /* 0 strides mean "contiguous" (kvc_resolve_strides), where the products fit */
     if (a->state_stride_block == 0 && !mul_ok(a->block_size, a->state_stride_token ? a->state_stride_token : width))
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "block_size * state_stride_token overflows int64");
-    if (!mul_ok(a->kv_block_size, KVC_SLOT_BYTES))
+    const int64_t slot_bytes = kvc_fmt_slot_bytes(a->nope_format);
+    if (!mul_ok(a->kv_block_size, slot_bytes))
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "kv_block_size = " I64 " is too large", LL(a->kv_block_size));
     kvc_resolve_strides(a);
-    const int64_t page_need = a->kv_block_size * KVC_SLOT_BYTES;
+    const int64_t page_need = a->kv_block_size * slot_bytes;
 
     if (a->state_stride_token < width)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "state_stride_token = " I64 " < state_width = " I64,
@@ -188,20 +221,25 @@ kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *a) {
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "block_table_stride = " I64 " < blocks_per_req = " I64,
                         LL(a->block_table_stride), LL(a->blocks_per_req));
     if (a->page_stride < page_need)
-        return kvc_fail(KVC_ERROR_BAD_SHAPE, "page_stride = " I64 " < 584 * kv_block_size = " I64,
-                        LL(a->page_stride), LL(page_need));
+        return kvc_fail(KVC_ERROR_BAD_SHAPE, "page_stride = " I64 " < " I64 " * kv_block_size = " I64,
+                        LL(a->page_stride), LL(slot_bytes), LL(page_need));
+    if (a->score_bias && a->compress_ratio > 1 && a->score_bias_stride < width / 2)
+        return kvc_fail(KVC_ERROR_BAD_SHAPE, "score_bias_stride = " I64 " < state_width / 2 = " I64,
+                        LL(a->score_bias_stride), LL(width / 2));
     /* Every element offset we form must fit in int64. */
     if (!mul_ok(a->num_blocks, a->state_stride_block) || !mul_ok(a->block_size, a->state_stride_token) ||
         !mul_ok(a->num_reqs, a->block_table_stride) || !mul_ok(a->max_pos, a->cos_sin_stride) ||
-        !mul_ok(a->num_pages, a->page_stride) || !mul_ok(a->num_pages, a->kv_block_size))
+        !mul_ok(a->num_pages, a->page_stride) || !mul_ok(a->num_pages, a->kv_block_size) ||
+        !mul_ok(a->compress_ratio, a->score_bias_stride))
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "tensor extents overflow int64 element offsets");
 
     /* the largest byte offset of every tensor fits (and, for host pointers, the address space) */
     span sp[SPAN_COUNT];
     if ((st = tensor_spans(a, sp)) != KVC_OK) return st;
     /* element sizes, kvc_args order: every load is of whole, aligned elements */
-    static const int elem[SPAN_COUNT] = {4, 4, 8, 8, 8, 4, 2, 4, 1};
+    const int elem[SPAN_COUNT] = {(int)kvc_state_elem_bytes(a), 4, 8, 8, 8, 4, 2, 4, 4, 1};
     for (int i = 0; a->num_outputs > 0 && i < SPAN_COUNT; i++) {
+        if (i == KVC_TENSOR_SCORE_BIAS && !sp[i].ptr) continue; /* optional */
         if (!sp[i].ptr)
             return kvc_fail(KVC_ERROR_NULL_POINTER, "%s = NULL with num_outputs = " I64, sp[i].name,
                             LL(a->num_outputs));

@@ -22,7 +22,6 @@
 
 #include "kvc_canon.h"
 
-#define D 512
 #define AVX2_INLINE __attribute__((target("avx2,fma"), always_inline)) static inline
 
 AVX2_INLINE __m256 exp8(__m256 x) {
@@ -45,17 +44,18 @@ AVX2_INLINE __m256 exp8(__m256 x) {
  * lanes [h, 8) -- by two masked loads (hm: lanes < h, tm: the others). */
 typedef struct {
     __m256i hm, tm;
+    int nd; /* the rows' dims */
 } split8;
 AVX2_INLINE __m256 ld8(const float *p, int d, const split8 *sp) {
     if (d >= 0) return _mm256_loadu_ps(p + d);
-    return _mm256_or_ps(_mm256_maskload_ps(p, sp->hm), _mm256_maskload_ps(p + D - 8, sp->tm));
+    return _mm256_or_ps(_mm256_maskload_ps(p, sp->hm), _mm256_maskload_ps(p + sp->nd - 8, sp->tm));
 }
 AVX2_INLINE void st8(float *p, int d, const split8 *sp, __m256 v) {
     if (d >= 0) {
         _mm256_storeu_ps(p + d, v);
     } else {
         _mm256_maskstore_ps(p, sp->hm, v);
-        _mm256_maskstore_ps(p + D - 8, sp->tm, v);
+        _mm256_maskstore_ps(p + sp->nd - 8, sp->tm, v);
     }
 }
 
@@ -129,26 +129,26 @@ AVX2_INLINE void seg_step8(const float *const *sr, const float *const *vr, int d
  * malloc's large buffers start 16 bytes into a page) are read in aligned
  * vectors, dims [h, h + 504), and one split vector, so that no load spans
  * two lines (as cpu_backend.c's AVX-512F loop). */
-__attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(const float *const *sr, const float *const *vr,
+__attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(int nd, const float *const *sr, const float *const *vr,
                                                                  const float *const *pfs, const float *const *pfv,
                                                                  kvc_cpu_seg_state *st,
                                                                  kvc_cpu_seg_state *const *left, int k) {
     kvc_cpu_seg_state *out = k ? left[k - 1] : st;
     const int h = kvc_cpu_rows_head(sr, vr, 32);
-    split8 sp = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    split8 sp = {_mm256_setzero_si256(), _mm256_setzero_si256(), nd};
     if (h) {
         const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         sp.hm = _mm256_cmpgt_epi32(_mm256_set1_epi32(h), lane);
         sp.tm = _mm256_xor_si256(sp.hm, _mm256_set1_epi32(-1));
-        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0};
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0, nd};
         seg_step8(sr, vr, -1, &sp, &pf, out, left, k);
     }
     /* the aligned vectors [h, end); per 16 dims the first issues the
      * block's prefetches (line 0's also after the split step's: dropping
      * those measured no better) */
-    const int end = h ? D - 8 + h : D;
+    const int end = h ? nd - 8 + h : nd;
     for (int b = h; b + 8 <= end; b += 16) {
-        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b};
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b, nd};
         seg_step8(sr, vr, b, &sp, &pf, out, left, k);
         if (b + 16 <= end) seg_step8(sr, vr, b + 8, &sp, NULL, out, left, k);
     }

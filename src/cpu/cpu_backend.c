@@ -23,7 +23,7 @@
 #include "kvc_canon.h"
 #include "kvc_check.h"
 
-#define D 512
+#define D 512 /* the widest head: scratch sizes */
 
 /* the AVX-512F segment loop and finaliser (cpu_simd.h) */
 #if KVC_CPU_AVX512
@@ -52,6 +52,9 @@ typedef struct {
 typedef struct {
     const kvc_args *a;
     kvc_shape sh;              /* a's scalars, for kvc_row_lookup          */
+    int nd;                    /* head width: 512 or 128                   */
+    int staged;                /* rows go through a thread's staging rows
+                                  (bf16 state or a score bias, SPEC 10)   */
     const kvc_out_info *infos; /* [num_outputs], from kvc_check_indices */
     atomic_llong next;
     atomic_llong written, nonfinite;
@@ -103,13 +106,13 @@ static void init_masked(void) {
 
 /* Row kernels: restrict parameters tell the compiler the rows never alias
  * the state, so the loops vectorise without runtime alias checks. */
-static inline __attribute__((always_inline)) void row_max(float *restrict m, const float *restrict s) {
-    for (int d = 0; d < D; d++) m[d] = kvc_max(m[d], s[d]);
+static inline __attribute__((always_inline)) void row_max(int nd, float *restrict m, const float *restrict s) {
+    for (int d = 0; d < nd; d++) m[d] = kvc_max(m[d], s[d]);
 }
-static inline __attribute__((always_inline)) void row_step(const float *restrict m, const float *restrict s,
+static inline __attribute__((always_inline)) void row_step(int nd, const float *restrict m, const float *restrict s,
                                                            const float *restrict v, float *restrict den,
                                                            float *restrict num) {
-    for (int d = 0; d < D; d++) kvc_seg_step(m[d], s[d], v[d], &den[d], &num[d]);
+    for (int d = 0; d < nd; d++) kvc_seg_step(m[d], s[d], v[d], &den[d], &num[d]);
 }
 
 /* All of them at once (the portable loop, the split block). */
@@ -127,15 +130,15 @@ static inline __attribute__((always_inline)) void block_prefetch(const kvc_cpu_b
  * and 8 value rows (NULL: none) -- have this block's line prefetched into
  * L2: both spread over the loop, one line per stream and block. */
 KVC_CLONES
-__attribute__((noinline)) static void seg_reduce8(const float *const *restrict sr, const float *const *restrict vr,
+__attribute__((noinline)) static void seg_reduce8(int nd, const float *const *restrict sr, const float *const *restrict vr,
                                                   const float *const *pfs, const float *const *pfv,
                                                   float *restrict om, float *restrict oden, float *restrict onum) {
     const float *restrict s0 = sr[0], *restrict s1 = sr[1], *restrict s2 = sr[2], *restrict s3 = sr[3];
     const float *restrict s4 = sr[4], *restrict s5 = sr[5], *restrict s6 = sr[6], *restrict s7 = sr[7];
     const float *restrict val0 = vr[0], *restrict val1 = vr[1], *restrict val2 = vr[2], *restrict val3 = vr[3];
     const float *restrict val4 = vr[4], *restrict val5 = vr[5], *restrict val6 = vr[6], *restrict val7 = vr[7];
-    for (int b = 0; b < D; b += 16) {
-        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b};
+    for (int b = 0; b < nd; b += 16) {
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b, nd};
         block_prefetch(&pf);
         for (int d = b; d < b + 16; d++) {
             float m = s0[d];
@@ -246,17 +249,17 @@ __attribute__((target("avx512f"), always_inline)) static inline void merge16(__m
     *num = _mm512_mask_mov_ps(n, dead, zero);
 }
 
-/* The split vector of a row p: dims [0, h) (mask hm) with [496 + h, 512)
- * (mask tm = ~hm), each lane at its own dim's place in the vector from
- * p + 496; loaded and stored by two masked operations. */
-__attribute__((target("avx512f"), always_inline)) static inline __m512 load_split(const float *p, __mmask16 hm,
-                                                                                __mmask16 tm) {
-    return _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(hm, p), tm, p + D - 16);
+/* The split vector of a row p of nd dims: dims [0, h) (mask hm) with
+ * [nd - 16 + h, nd) (mask tm = ~hm), each lane at its own dim's place in
+ * the vector from p + nd - 16; loaded and stored by two masked operations. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 load_split(int nd, const float *p,
+                                                                                __mmask16 hm, __mmask16 tm) {
+    return _mm512_mask_loadu_ps(_mm512_maskz_loadu_ps(hm, p), tm, p + nd - 16);
 }
-__attribute__((target("avx512f"), always_inline)) static inline void store_split(float *p, __mmask16 hm,
+__attribute__((target("avx512f"), always_inline)) static inline void store_split(int nd, float *p, __mmask16 hm,
                                                                                __mmask16 tm, __m512 v) {
     _mm512_mask_storeu_ps(p, hm, v);
-    _mm512_mask_storeu_ps(p + D - 16, tm, v);
+    _mm512_mask_storeu_ps(p + nd - 16, tm, v);
 }
 
 /* seg_reduce8 in AVX-512F: the same prefetches, spread through the
@@ -267,34 +270,34 @@ __attribute__((target("avx512f"), always_inline)) static inline void store_split
  * [496 + h, 512) as one vector of two masked loads, so that no load spans
  * two lines. */
 __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
-    const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
+    int nd, const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
     const float *const *pfv, seg_state *st, seg_state *const *left, int k) {
     seg_state *out = k ? left[k - 1] : st;
     __m512 sv[KVC_SEG], vv[KVC_SEG], m, den, num;
     const int h = kvc_cpu_rows_head(sr, vr, 64);
     if (h) {
         const __mmask16 hm = (__mmask16)((1u << h) - 1), tm = (__mmask16)~hm;
-        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0};
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0, nd};
         block_prefetch(&pf);
         if (pfs)
             for (int i = 0; i < KVC_SEG; i++) {
-                __builtin_prefetch(pfs[i] + D - 1, 0, 2);
-                __builtin_prefetch(pfv[i] + D - 1, 0, 2);
+                __builtin_prefetch(pfs[i] + nd - 1, 0, 2);
+                __builtin_prefetch(pfv[i] + nd - 1, 0, 2);
             }
         for (int i = 0; i < KVC_SEG; i++) {
-            sv[i] = load_split(sr[i], hm, tm);
-            vv[i] = load_split(vr[i], hm, tm);
+            sv[i] = load_split(nd, sr[i], hm, tm);
+            vv[i] = load_split(nd, vr[i], hm, tm);
         }
         seg16(sv, vv, NULL, &m, &den, &num);
         for (int j = 0; j < k; j++)
-            merge16(load_split(left[j]->m, hm, tm), load_split(left[j]->den, hm, tm),
-                    load_split(left[j]->num, hm, tm), &m, &den, &num);
-        store_split(out->m, hm, tm, m);
-        store_split(out->den, hm, tm, den);
-        store_split(out->num, hm, tm, num);
+            merge16(load_split(nd, left[j]->m, hm, tm), load_split(nd, left[j]->den, hm, tm),
+                    load_split(nd, left[j]->num, hm, tm), &m, &den, &num);
+        store_split(nd, out->m, hm, tm, m);
+        store_split(nd, out->den, hm, tm, den);
+        store_split(nd, out->num, hm, tm, num);
     }
-    for (int b = h; b + 16 <= D; b += 16) {
-        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b};
+    for (int b = h; b + 16 <= nd; b += 16) {
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b, nd};
         for (int i = 0; i < KVC_SEG; i++) {
             sv[i] = _mm512_loadu_ps(sr[i] + b);
             vv[i] = _mm512_loadu_ps(vr[i] + b);
@@ -316,8 +319,8 @@ __attribute__((target("avx512f"))) void kvc_cpu_exp16_batch(const float *x, floa
 
 /* A = merge(A, B), all dimensions. */
 KVC_CLONES
-static void state_merge(seg_state *restrict A, const seg_state *restrict B) {
-    for (int d = 0; d < D; d++) kvc_merge(&A->m[d], &A->den[d], &A->num[d], B->m[d], B->den[d], B->num[d]);
+static void state_merge(int nd, seg_state *restrict A, const seg_state *restrict B) {
+    for (int d = 0; d < nd; d++) kvc_merge(&A->m[d], &A->den[d], &A->num[d], B->m[d], B->den[d], B->num[d]);
 }
 
 /* Reduce one segment of n (1..8) rows into st, then merge it into the k
@@ -328,49 +331,83 @@ static void state_merge(seg_state *restrict A, const seg_state *restrict B) {
  * elsewhere the merges follow the loop (gcc's
  * vectorisation of the portable loop did not survive them inside). */
 KVC_CLONES
-static void seg_reduce(const float *const *vrow, const float *const *srow, int n, const float *const *pfs,
+static void seg_reduce(int nd, const float *const *vrow, const float *const *srow, int n, const float *const *pfs,
                        const float *const *pfv, seg_state *st, seg_state *const *left, int k) {
     if (n == KVC_SEG) {
 #if KVC_CPU_AVX512
         if (g_avx512 && g_force == KVC_CPU_ISA_AUTO) {
-            seg_reduce8_avx512(srow, vrow, pfs, pfv, st, left, k);
+            seg_reduce8_avx512(nd, srow, vrow, pfs, pfv, st, left, k);
             return;
         }
 #endif
 #if KVC_CPU_AVX2
         if (g_avx2 && g_force != KVC_CPU_ISA_PORTABLE) {
-            kvc_cpu_seg_reduce8_avx2(srow, vrow, pfs, pfv, st, left, k);
+            kvc_cpu_seg_reduce8_avx2(nd, srow, vrow, pfs, pfv, st, left, k);
             return;
         }
 #endif
-        seg_reduce8(srow, vrow, pfs, pfv, st->m, st->den, st->num);
+        seg_reduce8(nd, srow, vrow, pfs, pfv, st->m, st->den, st->num);
     } else {
-        memcpy(st->m, srow[0], sizeof st->m);
-        memset(st->den, 0, sizeof st->den);
-        memset(st->num, 0, sizeof st->num);
-        for (int i = 1; i < n; i++) row_max(st->m, srow[i]);
-        for (int i = 0; i < n; i++) row_step(st->m, srow[i], vrow[i], st->den, st->num);
-        for (int d = 0; d < D; d++) kvc_seg_close(st->m[d], &st->den[d], &st->num[d]);
+        memcpy(st->m, srow[0], sizeof(float) * (size_t)nd);
+        memset(st->den, 0, sizeof(float) * (size_t)nd);
+        memset(st->num, 0, sizeof(float) * (size_t)nd);
+        for (int i = 1; i < n; i++) row_max(nd, st->m, srow[i]);
+        for (int i = 0; i < n; i++) row_step(nd, st->m, srow[i], vrow[i], st->den, st->num);
+        for (int d = 0; d < nd; d++) kvc_seg_close(st->m[d], &st->den[d], &st->num[d]);
     }
-    for (int j = 0; j < k; j++) state_merge(left[j], j ? left[j - 1] : st);
+    for (int j = 0; j < k; j++) state_merge(nd, left[j], j ? left[j - 1] : st);
 }
 
 KVC_CLONES
-static void state_result(const seg_state *restrict st, float *restrict c) {
-    for (int d = 0; d < D; d++) c[d] = KVC_DIV(st->num[d], st->den[d]);
+static void state_result(int nd, const seg_state *restrict st, float *restrict c) {
+    for (int d = 0; d < nd; d++) c[d] = KVC_DIV(st->num[d], st->den[d]);
+}
+
+/* A window row as binary32 rows in a thread's staging rows (v, s: nd
+ * floats each): a bf16 state widened, every score plus its score_bias
+ * element (SPEC 10).  off: the element offset of the row's value half;
+ * pos, so: its position and score-half offset (kvc_window_row). */
+static void stage_row(const cpu_job *job, int64_t off, int64_t pos, int so, float *restrict v, float *restrict s) {
+    const kvc_args *a = job->a;
+    const int nd = job->nd;
+    const int64_t sdelta = kvc_score_delta(a->overlap == KVC_OVERLAP_ON, nd);
+    if (a->state_dtype == KVC_STATE_BFLOAT16) {
+        const uint16_t *base = (const uint16_t *)(const void *)a->state_cache;
+        for (int d = 0; d < nd; d++) v[d] = kvc_bf16_to_f32(base[off + d]);
+        for (int d = 0; d < nd; d++) s[d] = kvc_bf16_to_f32(base[off + sdelta + d]);
+    } else {
+        memcpy(v, a->state_cache + off, sizeof(float) * (size_t)nd);
+        memcpy(s, a->state_cache + off + sdelta, sizeof(float) * (size_t)nd);
+    }
+    if (a->score_bias) {
+        const float *b = a->score_bias + (pos % a->compress_ratio) * a->score_bias_stride + (so - sdelta);
+        for (int d = 0; d < nd; d++) s[d] = KVC_ADD(s[d], b[d]);
+    }
 }
 
 /* Value and score pointers of the rows of output inf's segment sg (the
- * indices were checked by kvc_check_indices: no row is KVC_ROW_BAD);
- * @return its row count. */
-static int segment_rows(const kvc_args *a, const kvc_shape *sh, const kvc_out_info *inf, int64_t rows, int64_t sg,
-                        const float **v, const float **s) {
+ * indices were checked by kvc_check_indices: no row is KVC_ROW_BAD), into
+ * the state or, for a staged job, into the staging rows `stage` ([8][2][512]
+ * floats); @return its row count. */
+static int segment_rows(const cpu_job *job, const kvc_out_info *inf, int64_t rows, int64_t sg, const float **v,
+                        const float **s, float *stage) {
+    const kvc_args *a = job->a;
     const int32_t *table_row = a->block_table + inf->r * a->block_table_stride;
     const int n = (int)((rows - sg * KVC_SEG) < KVC_SEG ? rows - sg * KVC_SEG : KVC_SEG);
-    const int64_t sdelta = kvc_score_delta(a->overlap == KVC_OVERLAP_ON);
+    const int64_t sdelta = kvc_score_delta(a->overlap == KVC_OVERLAP_ON, job->nd);
     for (int i = 0; i < n; i++) {
         kvc_i64 blk;
-        const int64_t off = kvc_row_lookup(sh, table_row, inf->p, sg * KVC_SEG + i, &blk);
+        const int64_t off = kvc_row_lookup(&job->sh, table_row, inf->p, sg * KVC_SEG + i, &blk);
+        if (off >= 0 && job->staged) {
+            int vo, so;
+            const int64_t pos = kvc_window_row(inf->p, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, job->nd,
+                                               sg * KVC_SEG + i, &vo, &so);
+            float *sv = stage + (size_t)i * 2 * D;
+            stage_row(job, off, pos, so, sv, sv + D);
+            v[i] = sv;
+            s[i] = sv + D;
+            continue;
+        }
         v[i] = off < 0 ? g_masked_v : a->state_cache + off;
         s[i] = off < 0 ? g_masked_s : a->state_cache + off + sdelta;
     }
@@ -384,16 +421,18 @@ static int segment_rows(const kvc_args *a, const kvc_shape *sh, const kvc_out_in
  * over the threads.
  * @return 1 if written non-finite. */
 static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf, long long *taken, seg_state *stack,
-                          int *sizes, float *c, float *y) {
+                          int *sizes, float *c, float *y, float *stage) {
     const kvc_args *a = job->a;
-    const kvc_shape *sh = &job->sh;
+    const int nd = job->nd;
     const int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
     const int64_t nseg = kvc_num_segments(rows);
     int top = -1;
     seg_state *left[64]; /* the states a segment merges into (64 > levels) */
     const float *rv[2][KVC_SEG], *rs[2][KVC_SEG]; /* this segment's rows and the next one's */
     int rn[2];
-    rn[0] = segment_rows(a, sh, inf, rows, 0, rv[0], rs[0]);
+    /* staging rows: [2][8][2][512] floats, this segment's and the next one's */
+    float *const stg[2] = {stage, stage ? stage + KVC_SEG * 2 * D : NULL};
+    rn[0] = segment_rows(job, inf, rows, 0, rv[0], rs[0], stg[0]);
     for (int64_t sg = 0; sg < nseg; sg++) {
         const int cur = (int)(sg & 1), nxt = cur ^ 1;
         const float *const *pfs = NULL, *const *pfv = NULL;
@@ -402,15 +441,16 @@ static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf,
              * reduced (seg_reduce8): shuffled tables jump to a cold block
              * that the hardware prefetcher cannot see, and even contiguous
              * rows (each row half its own 2 KiB stream) ran faster with it. */
-            rn[nxt] = segment_rows(a, sh, inf, rows, sg + 1, rv[nxt], rs[nxt]);
-            if (rn[nxt] == KVC_SEG) {
+            rn[nxt] = segment_rows(job, inf, rows, sg + 1, rv[nxt], rs[nxt], stg[nxt]);
+            if (rn[nxt] == KVC_SEG && !job->staged) {
                 pfs = rs[nxt];
                 pfv = rv[nxt];
             }
         } else {
             *taken = take(job, ts);
             const kvc_out_info *next = *taken < a->num_outputs ? &job->infos[*taken] : NULL;
-            if (next && next->slot >= 0 && segment_rows(a, sh, next, rows, 0, rv[nxt], rs[nxt]) == KVC_SEG) {
+            if (next && next->slot >= 0 && !job->staged &&
+                segment_rows(job, next, rows, 0, rv[nxt], rs[nxt], NULL) == KVC_SEG) {
                 pfs = rs[nxt];
                 pfv = rv[nxt];
             }
@@ -423,18 +463,22 @@ static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf,
             k++;
             size *= 2;
         }
-        seg_reduce(rv[cur], rs[cur], rn[cur], pfs, pfv, &stack[top + 1], left, k);
+        seg_reduce(nd, rv[cur], rs[cur], rn[cur], pfs, pfv, &stack[top + 1], left, k);
         top += 1 - k;
         sizes[top] = size;
     }
-#define CPU_MERGE(l, r) state_merge(&stack[l], &stack[r])
+#define CPU_MERGE(l, r) state_merge(nd, &stack[l], &stack[r])
     KVC_TREE_FOLD(top, CPU_MERGE);
 #undef CPU_MERGE
-    state_result(&stack[0], c);
+    state_result(nd, &stack[0], c);
 
     int64_t payload, scales;
     kvc_slot_offsets(a, inf->slot, &payload, &scales);
     const float *cs = a->cos_sin_cache + inf->pc * a->cos_sin_stride;
+    if (nd == 128)
+        return kvc_finalize_indexer(c, y, a->rms_norm_weight, cs, a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED,
+                                    a->rms_norm_eps, a->rotate == KVC_ROTATE_HADAMARD, (int)a->nope_format,
+                                    a->kv_cache + payload, a->kv_cache + scales);
 #if KVC_CPU_AVX512
     if (g_avx512 && g_force == KVC_CPU_ISA_AUTO)
         return kvc_cpu_finalize_avx512(c, y, a->rms_norm_weight, cs, a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED,
@@ -451,6 +495,7 @@ typedef struct {
     seg_state *stack; /* [levels]  */
     int *sizes;       /* [levels]  */
     float *cy;        /* [2 * 512] : c then y */
+    float *stage;     /* staged jobs: [2][8][2][512] floats, else NULL */
 } cpu_worker;
 
 static void *worker(void *arg) {
@@ -466,7 +511,7 @@ static void *worker(void *arg) {
             o = take(job, &ts);
             continue;
         }
-        nonfinite += compute_output(job, &ts, inf, &o, w->stack, w->sizes, w->cy, w->cy + D);
+        nonfinite += compute_output(job, &ts, inf, &o, w->stack, w->sizes, w->cy, w->cy + D, w->stage);
         written++;
     }
     atomic_fetch_add(&job->written, written);
@@ -496,7 +541,7 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     /* num_threads = 0: at most a thread per 2 MiB of rows, since starting
      * one costs about what reducing that much does */
     const double kBytesPerThread = 2.0 * 1024 * 1024;
-    const double bytes = (double)a->num_outputs * (double)rows * 4096.0;
+    const double bytes = (double)a->num_outputs * (double)rows * (double)(2 * a->head_dim * kvc_state_elem_bytes(a));
     if (e->num_threads == 0 && bytes < (double)nthreads * kBytesPerThread)
         nthreads = bytes < 2.0 * kBytesPerThread ? 1 : (int)(bytes / kBytesPerThread);
 
@@ -504,6 +549,8 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     job.a = a;
     job.sh = kvc_shape_of(a);
     job.infos = infos;
+    job.nd = (int)a->head_dim;
+    job.staged = a->state_dtype == KVC_STATE_BFLOAT16 || a->score_bias != NULL;
     atomic_init(&job.next, 0);
     atomic_init(&job.written, 0);
     atomic_init(&job.nonfinite, 0);
@@ -511,7 +558,8 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
 
     /* All scratch is taken before any thread starts, so that running out of
      * memory can still leave kv_cache untouched. */
-    size_t per = sizeof(seg_state) * (size_t)levels + 2 * D * sizeof(float) + 64;
+    const size_t stage_bytes = job.staged ? 2 * KVC_SEG * 2 * D * sizeof(float) : 0;
+    size_t per = sizeof(seg_state) * (size_t)levels + 2 * D * sizeof(float) + stage_bytes + 64;
     size_t per_aligned = (per + 63) & ~(size_t)63;
     char *scratch = aligned_alloc(64, per_aligned * (size_t)nthreads);
     cpu_worker *workers = malloc(sizeof(cpu_worker) * (size_t)nthreads);
@@ -530,6 +578,7 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
         workers[t].job = &job;
         workers[t].stack = (seg_state *)base;
         workers[t].cy = (float *)(base + sizeof(seg_state) * (size_t)levels);
+        workers[t].stage = job.staged ? workers[t].cy + 2 * D : NULL;
         workers[t].sizes = sizes + (size_t)levels * (size_t)t;
     }
     int started = 0;

@@ -32,20 +32,22 @@
 static const float kvc_cpu_exp_poly[7] = {0x1.6c16c2p-10f, 0x1.111112p-7f, 0x1.555556p-5f, 0x1.555556p-3f,
                                           0x1.000000p-1f,  1.0f,           1.0f};
 
-/* A segment's or subtree's online-softmax state, 512 dims. */
+/* A segment's or subtree's online-softmax state, up to 512 dims (the
+ * call's head width, 512 or 128). */
 typedef struct {
     float m[512], den[512], num[512];
 } kvc_cpu_seg_state;
 
 /* The segment loop's prefetches for the block of 16 dims from b, row by
  * row: row i's lines 64 dims ahead into L1 (sr, vr), and this block's line
- * of the next segment's row i into L2 (pfs, pfv; NULL: none). */
+ * of the next segment's row i into L2 (pfs, pfv; NULL: none); nd: the
+ * rows' dims. */
 typedef struct {
     const float *const *sr, *const *vr, *const *pfs, *const *pfv;
-    int b;
+    int b, nd;
 } kvc_cpu_block_pf;
 static inline __attribute__((always_inline)) void kvc_cpu_l1_prefetch(const kvc_cpu_block_pf *p, int i) {
-    if (p->b + 64 < 512) {
+    if (p->b + 64 < p->nd) {
         __builtin_prefetch(p->sr[i] + p->b + 64, 0, 3);
         __builtin_prefetch(p->vr[i] + p->b + 64, 0, 3);
     }
@@ -81,12 +83,12 @@ KVC_HIDDEN void kvc_cpu_exp8_batch(const float *x, float *y);
 #endif
 #if KVC_CPU_AVX2
 /**
- * A full segment (8 rows: score rows sr, value rows vr) reduced into st,
+ * A full segment (8 rows of nd dims, a multiple of 16: score rows sr, value rows vr) reduced into st,
  * then merged into the k states of left (as cpu_backend.c's seg_reduce),
  * in AVX2 + FMA; pfs, pfv: the next segment's rows, prefetched into L2
  * (NULL: none).  Callers check kvc_cpu_has_avx2 first.
  */
-KVC_HIDDEN void kvc_cpu_seg_reduce8_avx2(const float *const *sr, const float *const *vr, const float *const *pfs,
+KVC_HIDDEN void kvc_cpu_seg_reduce8_avx2(int nd, const float *const *sr, const float *const *vr, const float *const *pfs,
                                          const float *const *pfv, kvc_cpu_seg_state *st,
                                          kvc_cpu_seg_state *const *left, int k);
 #endif

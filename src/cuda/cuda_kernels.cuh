@@ -69,7 +69,7 @@ __device__ void fill_rows(const launch_params &P, const kvc_out_info &inf, long 
     const kvc_args &a = P.a;
     const kvc_shape sh = kvc_shape_of(&a);
     const kvc_i32 *trow = a.block_table + inf.r * a.block_table_stride;
-    const long long sdelta = kvc_score_delta(a.overlap == KVC_OVERLAP_ON);
+    const long long sdelta = kvc_score_delta(a.overlap == KVC_OVERLAP_ON, 512);
     for (int t = threadIdx.x; t < nrows; t += blockDim.x) {
         kvc_i64 blk;
         const long long off = kvc_row_lookup(&sh, trow, inf.p, r0 + t, &blk);
@@ -672,7 +672,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         rt.voff[t] = rt.soff[t] = -1;
         if (!s_ok[k] || i >= rows) continue;
         int vo, so;
-        const long long pos = kvc_window_row(s_p[k], C, a.overlap == KVC_OVERLAP_ON, i, &vo, &so);
+        const long long pos = kvc_window_row(s_p[k], C, a.overlap == KVC_OVERLAP_ON, 512, i, &vo, &so);
         if (pos < 0) { /* masked: value 0, score -Inf */
             s_masked[k] = 1;
             continue;

@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(256, KVC_CUDA_SLICE_CTAS_PER_SM) slice_kernel(
         } else { /* one segment at a time (fewer registers live) */
             if (l < 2 * KVC_SEG) {
                 rows[w].voff[l] = off;
-                rows[w].soff[l] = off + kvc_score_delta(0);
+                rows[w].soff[l] = off + kvc_score_delta(0, 512);
             }
             __syncwarp();
             seg_load(P, &rows[w], 0, KVC_SEG, q, x0);

@@ -22,6 +22,7 @@
  */
 #include "kvc_canon.h"
 #include "kvc_check.h"
+#include "kvc_general.h"
 #include "kvc_cl_shared.h" /* kvc_cl_status */
 
 #define KVC_CL_WG 256
@@ -536,7 +537,7 @@ static void finish_output(int fin, __local float *c, __local float *t, __local f
     if (q == 0 && fin == 1) atomic_inc(&st->written);
     barrier(CLK_LOCAL_MEM_FENCE);
     long po, so;
-    kvc_slot_offsets_s(inf->slot, sh->kv_block_size, sh->page_stride, &po, &so);
+    kvc_slot_offsets_s(inf->slot, sh->kv_block_size, sh->page_stride, sh->nope_format, &po, &so);
     const int badv = finalize_group(fin == 1, c, t, u, flags, fi[0], fi[1], fi[2], fi[3], sh->rms_norm_eps,
                                     sh->nope_format == 1, kv + po, kv + so, q, wide);
     if (q == 0 && fin == 2) atomic_inc(&st->invalid);
@@ -587,7 +588,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     barrier(CLK_LOCAL_MEM_FENCE);
     const int bad_rows = bad;
     if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, bad_g);
-    const long sdelta = kvc_score_delta(sh.overlap != 0);
+    const long sdelta = kvc_score_delta(sh.overlap != 0, 512);
     /* (with a bad row the offsets are -1 and the result is discarded) */
     st2 res;
     if (KVC_CL_STRAIGHT && pl.vec && !masked && !bad && (cstart + csize) * KVC_SEG <= pl.rows)
@@ -622,7 +623,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     if (q == 0 && fin == 1) atomic_inc(&st->written); /* (first: see finish_output) */
     barrier(CLK_LOCAL_MEM_FENCE);
     long po, so;
-    kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, &po, &so);
+    kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, sh.nope_format, &po, &so);
     const int badv = finalize_group(fin == 1, c, t, u, flags, w0, w1, cj, sj, sh.rms_norm_eps, sh.nope_format == 1,
                                     kv + po, kv + so, q, 0);
     if (q == 0 && fin == 2) atomic_inc(&st->invalid);
@@ -812,7 +813,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         kvc_out_info inf;
         const int ok = output_of(&sh, bidx, slots, t2r, positions, table, st, o0 + q, 1, &inf);
         long po = 0, so = 0;
-        if (ok) kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, &po, &so);
+        if (ok) kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, sh.nope_format, &po, &so);
         s_ok[q] = ok;
         s_bad[q] = 0;
         s_masked[q] = 0;
@@ -835,7 +836,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         rowoff[x] = off;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    const long sdelta = kvc_score_delta(sh.overlap != 0);
+    const long sdelta = kvc_score_delta(sh.overlap != 0, 512);
     int written = 0, nonfinite = 0;                    /* work-item 0's counts */
     /* the next output to reduce from k on; the skipped ones with a bad block
      * are reported (the choice is the same in every work-item) */
@@ -874,4 +875,35 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     }
     if (q == 0 && written) atomic_add(&st->written, written);
     if (q == 0 && nonfinite) atomic_add(&st->nonfinite, nonfinite);
+}
+
+/* The general kernel (kvc_general.h): head width 128, a bf16 state or a
+ * score bias.  One work-group of head_dim work-items per output; bias: the
+ * score bias (any buffer where sh.score_bias_stride is 0: none). */
+__kernel void kvc_compress_general(KVC_CL_KERNEL_ARGS, __global const float *bias) {
+    __local kvc_gen_scratch sc;
+    const int d = (int)get_local_id(0);
+    const long o = get_group_id(0);
+    kvc_out_info inf;
+    /* no return past the first barrier (PoCL): a skipped output only stops the writes */
+    const int live = output_of(&sh, bidx, slots, t2r, positions, table, st, o, d == 0, &inf);
+    if (d == 0) sc.bad_row = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float c = live ? kvc_gen_reduce(&sh, state, table + inf.r * sh.block_table_stride,
+                                          sh.score_bias_stride ? bias : 0, inf.p, d, &sc)
+                         : 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int ok = live && !sc.bad_row;
+    if (live && !ok && d == 0) {
+        record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, sc.bad_g);
+        atomic_inc(&st->invalid);
+    }
+    long po = 0, so = 0;
+    if (ok) kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, sh.nope_format, &po, &so);
+    const int bad =
+        kvc_gen_finalize(&sh, c, d, ok, weight, cos_sin + inf.pc * sh.cos_sin_stride, kv + po, kv + so, &sc);
+    if (ok && d == 0) {
+        atomic_inc(&st->written);
+        if (bad) atomic_inc(&st->nonfinite);
+    }
 }

@@ -141,9 +141,9 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
         if (q < 128 && q == L->first_bad) L->wbadg[0] = g;
         if (!bad) { /* one segment at a time through the row table (else nothing is loaded) */
             float2 v[KVC_SEG], sc[KVC_SEG];
-            seg_load(state, L->rowoff, kvc_score_delta(0), 16 * w, KVC_SEG, dq, v, sc, 1, 1);
+            seg_load(state, L->rowoff, kvc_score_delta(0, 512), 16 * w, KVC_SEG, dq, v, sc, 1, 1);
             st = seg_reduce(v, sc, KVC_SEG, KVC_SEG);
-            seg_load(state, L->rowoff, kvc_score_delta(0), 16 * w + 8, KVC_SEG, dq, v, sc, 1, 1);
+            seg_load(state, L->rowoff, kvc_score_delta(0, 512), 16 * w + 8, KVC_SEG, dq, v, sc, 1, 1);
             const st2 st1 = seg_reduce(v, sc, KVC_SEG, KVC_SEG);
             st_merge(&st, &st1);
         }
@@ -367,7 +367,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void kvc_slice_finish(
         return;
     }
     long po, so;
-    kvc_slot_offsets_s(slot, sh.kv_block_size, sh.page_stride, &po, &so);
+    kvc_slot_offsets_s(slot, sh.kv_block_size, sh.page_stride, sh.nope_format, &po, &so);
     const int bad = fin128_store(z, h, flags, sh.nope_format == 1, kv + po, kv + so, q);
     if (q == 0) atomic_inc(&st->written);
     if (q == 0 && bad) atomic_inc(&st->nonfinite);

@@ -50,6 +50,7 @@ typedef struct cl_entry {
                        /* per chunk (GPU devices only, else NULL)        */
     cl_kernel slice[2]; /* C = 128 / 256 / 512 (kvc_slice.cl): any stride, 1024 */
     cl_kernel finish;   /* after slice[]: one group per output            */
+    cl_kernel general;  /* kvc_general.h: head width 128, bf16 state, score bias */
     cl_uint units;     /* compute units                                  */
 } cl_entry;
 
@@ -225,7 +226,9 @@ static kvc_status entry_make_locked(cl_context ctx, cl_device_id dev, cl_entry *
     cl_kernel slice0 = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice", &err) : NULL;
     cl_kernel slice1 = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice_dense", &err) : NULL;
     cl_kernel finish = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice_finish", &err) : NULL;
+    cl_kernel general = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_compress_general", &err) : NULL;
     if (err != CL_SUCCESS) {
+        if (finish) clReleaseKernel(finish);
         if (slice1) clReleaseKernel(slice1);
         if (slice0) clReleaseKernel(slice0);
         if (wide) clReleaseKernel(wide);
@@ -239,6 +242,7 @@ static kvc_status entry_make_locked(cl_context ctx, cl_device_id dev, cl_entry *
         units = 1;
     cl_entry *e = calloc(1, sizeof *e);
     if (!e) {
+        clReleaseKernel(general);
         clReleaseKernel(finish);
         clReleaseKernel(slice1);
         clReleaseKernel(slice0);
@@ -248,13 +252,14 @@ static kvc_status entry_make_locked(cl_context ctx, cl_device_id dev, cl_entry *
         clReleaseProgram(prog);
         return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "OpenCL: no host memory for a program entry");
     }
-    *e = (cl_entry){{NULL, {ctx, dev, NULL}, 0, 0}, ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish, units};
+    *e = (cl_entry){{NULL, {ctx, dev, NULL}, 0, 0}, ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish, general, units};
     clRetainContext(ctx);
     *out = e;
     return KVC_OK;
 }
 
 static void entry_free(cl_entry *e) {
+    clReleaseKernel(e->general);
     clReleaseKernel(e->finish);
     clReleaseKernel(e->slice[1]);
     clReleaseKernel(e->slice[0]);
@@ -388,11 +393,12 @@ static kvc_status grow(cl_context ctx, cl_mem *buf, size_t *have, size_t need, c
  * arguments and enqueue under the lock (clEnqueueNDRangeKernel captures
  * the arguments). */
 static kvc_status enqueue(cl_command_queue q, cl_kernel k, const kvc_shape *sh, const kvc_plan *pl,
-                          const cl_mem bufs[12], long long groups, size_t local) {
+                          const cl_mem *bufs, int nbufs, long long groups, size_t local) {
     pthread_mutex_lock(&g_lock);
     cl_int err = clSetKernelArg(k, 0, sizeof *sh, sh);
     if (err == CL_SUCCESS) err = clSetKernelArg(k, 1, sizeof *pl, pl);
-    for (int i = 0; i < 12 && err == CL_SUCCESS; i++) err = clSetKernelArg(k, (cl_uint)(i + 2), sizeof(cl_mem), &bufs[i]);
+    for (int i = 0; i < nbufs && err == CL_SUCCESS; i++)
+        err = clSetKernelArg(k, (cl_uint)(i + 2), sizeof(cl_mem), &bufs[i]);
     if (err != CL_SUCCESS) {
         pthread_mutex_unlock(&g_lock);
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "OpenCL kernel argument rejected (error %d): are the kvc_args "
@@ -427,6 +433,23 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
         zero_status(q, status);
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs = %lld: the OpenCL backend's status counters are 32-bit "
                         "(at most 2147483647 outputs per call)", (long long)a->num_outputs);
+    }
+    if (kvc_needs_general(a)) { /* kvc_general.h: one group of head_dim work-items per output */
+        if ((st = zero_status(q, status)) != KVC_OK) return st;
+        /* (the workspace arguments are unused: any buffers) */
+        if ((st = grow(ent->ctx, &ws->states, &ws->states_bytes, 16, "chunk-state")) != KVC_OK ||
+            (st = grow(ent->ctx, &ws->tickets, &ws->tickets_bytes, 16, "ticket")) != KVC_OK)
+            return st;
+        const kvc_shape sh = kvc_shape_of(a);
+        const kvc_plan pl = {0};
+        const cl_mem bufs[13] = {(cl_mem)(void *)a->state_cache, (cl_mem)(void *)a->token_to_req,
+                                 (cl_mem)(void *)a->positions, (cl_mem)(void *)a->kv_slot_mapping,
+                                 (cl_mem)(void *)a->boundary_token_indices, (cl_mem)(void *)a->block_table,
+                                 (cl_mem)(void *)a->rms_norm_weight, (cl_mem)(void *)a->cos_sin_cache,
+                                 (cl_mem)(void *)a->kv_cache, status, ws->states, ws->tickets,
+                                 /* no score bias: any buffer (the kernel reads it only with a stride) */
+                                 (cl_mem)(void *)(a->score_bias ? a->score_bias : a->state_cache)};
+        return enqueue(q, ent->general, &sh, &pl, bufs, 13, a->num_outputs, (size_t)a->head_dim);
     }
 
     /* the CUDA backend's chunk policy: about one wave of work-groups,
@@ -490,11 +513,11 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
                        (cl_mem)(void *)a->rms_norm_weight, (cl_mem)(void *)a->cos_sin_cache,
                        (cl_mem)(void *)a->kv_cache, status, states, tickets};
     if (slice) {
-        st = enqueue(q, ent->slice[a->state_stride_token == 1024], &sh, &pl, bufs, pl.groups, 256);
-        return st == KVC_OK ? enqueue(q, ent->finish, &sh, &pl, bufs, a->num_outputs, 128) : st;
+        st = enqueue(q, ent->slice[a->state_stride_token == 1024], &sh, &pl, bufs, 12, pl.groups, 256);
+        return st == KVC_OK ? enqueue(q, ent->finish, &sh, &pl, bufs, 12, a->num_outputs, 128) : st;
     }
     cl_kernel k = pl.small_k ? ent->small : wide ? ent->wide : ent->kern;
-    return enqueue(q, k, &sh, &pl, bufs, pl.groups, wide ? 512 : 256); /* KVC_CL_WG of kvc_kernel.cl */
+    return enqueue(q, k, &sh, &pl, bufs, 12, pl.groups, wide ? 512 : 256); /* KVC_CL_WG of kvc_kernel.cl */
 }
 
 /* The size of cl_mem m and, where root is not NULL, for a sub-buffer its
@@ -535,6 +558,11 @@ static kvc_status check_buffers(const kvc_args *a, const kvc_exec *e) {
     cl_mem root[KVC_TENSORS];
     const int status = e->device_status != NULL; /* (parents and offsets only to compare with it) */
     for (int i = 0; i < KVC_TENSORS && a->num_outputs > 0; i++) {
+        if (!ptrs[i]) { /* an absent optional tensor (score_bias) */
+            root[i] = NULL;
+            size[i] = offset[i] = 0;
+            continue;
+        }
         if ((st = mem_info((cl_mem)(void *)ptrs[i], kvc_tensor_names[i], &size[i], status ? &root[i] : NULL,
                            &offset[i])) != KVC_OK)
             return st;
@@ -547,7 +575,7 @@ static kvc_status check_buffers(const kvc_args *a, const kvc_exec *e) {
     cl_mem sroot = NULL;
     if ((st = status_word_info(e, &ssize, &sroot, &soff)) != KVC_OK) return st;
     for (int i = 0; i < KVC_TENSORS && a->num_outputs > 0; i++)
-        if (sroot == root[i] && soff < offset[i] + size[i] && offset[i] < soff + ssize)
+        if (ptrs[i] && sroot == root[i] && soff < offset[i] + size[i] && offset[i] < soff + ssize)
             return kvc_fail(KVC_ERROR_ALIASING, "exec->device_status and %s share memory: the status word would "
                             "overwrite it", kvc_tensor_names[i]);
     return KVC_OK;

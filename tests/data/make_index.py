@@ -46,7 +46,8 @@ def lines():
 
 def dsv4_lines():
     """The contract's sections 9 and 10 (golden/dsv4): their own index, read
-    by tests/test_dsv4_reference.c, with the fields those sections add."""
+    by tests/test_dsv4_reference.c and (as directory dsv4) by the kit's
+    loader, with the fields those sections add."""
     with open(os.path.join(GOLDEN, "dsv4", "manifest.json")) as f:
         man = json.load(f)
     for c in man["cases"]:
@@ -58,11 +59,13 @@ def dsv4_lines():
             "score_bias": int(bool(c["score_bias"])), "state_dtype": c["state_dtype"],
             "reqs": c["num_reqs"], "tokens": c["total_tokens"], "C": c["compress_ratio"],
             "block": c["block_size"], "layout": c["layout"], "seed": c["seed"],
-            "score_shift": c["score_shift"], "outputs": c["num_outputs"], "slot_bytes": c["slot_bytes"],
+            "score_shift": c["score_shift"], "outputs": c["num_outputs"], "pages": c["kv_pages"],
+            "slot_bytes": c["slot_bytes"],
             "cs_state": cs.get("state_cache", "-"), "cs_table": cs.get("block_table", "-"),
             "cs_weight": cs.get("rms_norm_weight", "-"), "cs_cos_sin": cs.get("cos_sin_cache", "-"),
             "vshift": ",".join("%d:%d:%d" % tuple(v) for v in c.get("value_shift_dims") or []) or "-",
             "poison": ",".join("%d:%d:%d:%s" % tuple(p) for p in c.get("poison") or []) or "-",
+            "nonfinite": ",".join(str(o) for o in c.get("nonfinite_outputs") or []) or "-",
         }
         yield "\t".join("%s=%s" % kv for kv in fields.items())
 

@@ -35,12 +35,30 @@ static float parse_special(const char *s) {
     return strtof(s, NULL);
 }
 
+static const char *const kFormats[] = {"int8", "fp8", "indexer_fp8", "indexer_mxfp4"};
+
+int kvc_kit_parse_format(const char *s, kvc_nope_format *f) {
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, kFormats[i])) {
+            *f = (kvc_nope_format)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *kvc_kit_format_name(kvc_nope_format f) { return (unsigned)f < 4 ? kFormats[f] : "?"; }
+
 /* Apply one key=value field to a golden case. @return 0 or -1. */
 static int apply_field(kvc_golden_case *g, const char *key, char *val) {
     kvc_case_params *p = &g->params;
     if (!strcmp(key, "name")) snprintf(g->name, sizeof g->name, "%s", val);
     else if (!strcmp(key, "dir")) snprintf(g->dir, sizeof g->dir, "%s", val);
-    else if (!strcmp(key, "format")) p->nope_format = strcmp(val, "fp8") == 0 ? KVC_NOPE_FP8_E4M3 : KVC_NOPE_INT8;
+    else if (!strcmp(key, "format")) {
+        if (kvc_kit_parse_format(val, &p->nope_format) != 0) return -1;
+    } else if (!strcmp(key, "head_dim")) p->head_dim = atoll(val);
+    else if (!strcmp(key, "rotate")) p->rotate = atoi(val) ? KVC_ROTATE_HADAMARD : KVC_ROTATE_OFF;
+    else if (!strcmp(key, "score_bias")) p->score_bias = atoi(val) != 0;
+    else if (!strcmp(key, "state_dtype")) p->state_dtype = strcmp(val, "bf16") == 0 ? KVC_STATE_BFLOAT16 : KVC_STATE_FLOAT32;
     else if (!strcmp(key, "overlap")) p->overlap = atoi(val) ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
     else if (!strcmp(key, "cos_sin")) p->cos_sin_layout = strcmp(val, "interleaved") == 0 ? KVC_COS_SIN_INTERLEAVED : KVC_COS_SIN_SPLIT;
     else if (!strcmp(key, "kv_block_size")) p->kv_block_size = atoll(val);
@@ -97,9 +115,10 @@ static int apply_field(kvc_golden_case *g, const char *key, char *val) {
     return 0;
 }
 
-int kvc_kit_load_index(const char *golden_dir, kvc_golden_case **cases) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/cases.tsv", golden_dir);
+/* The cases of one index file appended to out[*n] (grown as needed); dir:
+ * the directory of cases without a dir field (dsv4.tsv's).  @return 0, or
+ * -1 (message on stderr). */
+static int load_index_file(const char *path, const char *dir, kvc_golden_case **out, int *n, int *cap) {
     size_t len;
     char *text = (char *)kvc_kit_read_file(path, &len);
     if (!text) {
@@ -107,35 +126,57 @@ int kvc_kit_load_index(const char *golden_dir, kvc_golden_case **cases) {
         return -1;
     }
     text[len] = '\0';
-    int cap = 64, n = 0;
-    kvc_golden_case *out = calloc((size_t)cap, sizeof *out);
     char *save_line = NULL;
-    for (char *line = strtok_r(text, "\n", &save_line); line && out; line = strtok_r(NULL, "\n", &save_line)) {
-        if (n == cap) {
-            kvc_golden_case *grown = realloc(out, sizeof *out * (size_t)(cap *= 2));
-            if (!grown) break;
-            out = grown;
+    for (char *line = strtok_r(text, "\n", &save_line); line; line = strtok_r(NULL, "\n", &save_line)) {
+        if (*n == *cap) {
+            kvc_golden_case *grown = realloc(*out, sizeof **out * (size_t)(*cap *= 2));
+            if (!grown) {
+                free(text);
+                return -1;
+            }
+            *out = grown;
         }
-        kvc_golden_case *g = &out[n];
+        kvc_golden_case *g = &(*out)[*n];
         memset(g, 0, sizeof *g);
+        snprintf(g->dir, sizeof g->dir, "%s", dir);
+        g->pages = -1; /* unknown unless the index says */
         char *save_field = NULL;
         for (char *f = strtok_r(line, "\t", &save_field); f; f = strtok_r(NULL, "\t", &save_field)) {
             char *eq = strchr(f, '=');
             if (!eq) continue;
             *eq = '\0';
             if (apply_field(g, f, eq + 1) != 0) {
-                fprintf(stderr, "%s: bad field %s in case %d\n", path, f, n);
+                fprintf(stderr, "%s: bad field %s in case %d\n", path, f, *n);
                 free(text);
-                free(out);
                 return -1;
             }
         }
         g->params.poison = g->poison;
-        n++;
+        (*n)++;
     }
     free(text);
+    return 0;
+}
+
+int kvc_kit_load_index(const char *golden_dir, kvc_golden_case **cases) {
+    char path[4096];
+    int cap = 64, n = 0;
+    kvc_golden_case *out = calloc((size_t)cap, sizeof *out);
+    snprintf(path, sizeof path, "%s/cases.tsv", golden_dir);
+    int bad = !out || load_index_file(path, "main", &out, &n, &cap) != 0;
+    /* sections 9 and 10 (golden/dsv4): their own index, where present */
+    snprintf(path, sizeof path, "%s/dsv4.tsv", golden_dir);
+    FILE *f = bad ? NULL : fopen(path, "rb");
+    if (f) {
+        fclose(f);
+        bad = load_index_file(path, "dsv4", &out, &n, &cap) != 0;
+    }
+    if (bad) {
+        free(out);
+        return -1;
+    }
     *cases = out;
-    return out ? n : -1;
+    return n;
 }
 
 void kvc_kit_slot_row(const kvc_args *a, int64_t slot, uint8_t row[KVC_SLOT_BYTES]) {
@@ -143,15 +184,17 @@ void kvc_kit_slot_row(const kvc_args *a, int64_t slot, uint8_t row[KVC_SLOT_BYTE
     kvc_resolve_strides(&r);
     kvc_i64 payload, scales;
     kvc_slot_offsets(&r, slot, &payload, &scales); /* the library's own slot addressing */
-    memcpy(row, a->kv_cache + payload, KVC_PAYLOAD_BYTES);
-    memcpy(row + KVC_PAYLOAD_BYTES, a->kv_cache + scales, KVC_SCALE_BYTES);
+    const int64_t pb = kvc_payload_bytes(r.nope_format);
+    memcpy(row, a->kv_cache + payload, (size_t)pb);
+    memcpy(row + pb, a->kv_cache + scales, (size_t)kvc_scale_bytes(r.nope_format));
 }
 
 void kvc_kit_output_rows(const kvc_args *a, const kvc_case *c, const uint8_t *kv, uint8_t *rows) {
     kvc_args t = *a;
     t.kv_cache = (uint8_t *)kv;
+    const int64_t sb = kvc_slot_bytes(a->nope_format);
     for (int64_t o = 0; o < a->num_outputs; o++)
-        kvc_kit_slot_row(&t, c->kv_slot_mapping[c->boundary_token_indices[o]], rows + o * KVC_SLOT_BYTES);
+        kvc_kit_slot_row(&t, c->kv_slot_mapping[c->boundary_token_indices[o]], rows + o * sb);
 }
 
 int kvc_kit_case_with_cpu(const char *spec, kvc_case *c, uint8_t **cpu_rows, char *msg, size_t msglen) {
@@ -170,7 +213,7 @@ int kvc_kit_case_with_cpu(const char *spec, kvc_case *c, uint8_t **cpu_rows, cha
         snprintf(msg, msglen, "CPU: %s", kvc_last_error_message());
         return -1;
     }
-    *cpu_rows = malloc((size_t)c->args.num_outputs * KVC_SLOT_BYTES + 1);
+    *cpu_rows = calloc((size_t)c->args.num_outputs * KVC_SLOT_BYTES + 1, 1);
     if (!*cpu_rows) {
         snprintf(msg, msglen, "out of memory");
         return -1;
@@ -183,9 +226,11 @@ int kvc_kit_check_inputs(const kvc_golden_case *g, const kvc_case *c, char *msg,
     if (!g->has_checksums) return 0;
     const kvc_args *a = &c->args;
     struct { const char *name; uint64_t want, got; } cs[4] = {
-        {"state_cache", g->cs_state, kvc_rand_checksum(c->state_cache, c->state_elems * 4)},
+        {"state_cache", g->cs_state,
+         c->state_bf16 ? kvc_rand_checksum(c->state_bf16, c->state_elems * 2)
+                       : kvc_rand_checksum(c->state_cache, c->state_elems * 4)},
         {"block_table", g->cs_table, kvc_rand_checksum(c->block_table, (size_t)(a->num_reqs * a->blocks_per_req) * 4)},
-        {"rms_norm_weight", g->cs_weight, kvc_rand_checksum(c->rms_norm_weight, 1024)},
+        {"rms_norm_weight", g->cs_weight, kvc_rand_checksum(c->rms_norm_weight, (size_t)a->head_dim * 2)},
         {"cos_sin_cache", g->cs_cos_sin, kvc_rand_checksum(c->cos_sin_cache, (size_t)a->max_pos * 64 * 4)},
     };
     for (int i = 0; i < 4; i++)
@@ -290,11 +335,17 @@ int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t m
             }
             p->shuffle = !strcmp(v, "shuffle");
         } else if (!strcmp(k, "format")) {
-            if (strcmp(v, "int8") && strcmp(v, "fp8")) {
-                snprintf(msg, msglen, "format=%s: expected int8 or fp8", v);
+            if (kvc_kit_parse_format(v, &p->nope_format) != 0) {
+                snprintf(msg, msglen, "format=%s: expected int8, fp8, indexer_fp8 or indexer_mxfp4", v);
                 return -1;
             }
-            p->nope_format = !strcmp(v, "fp8") ? KVC_NOPE_FP8_E4M3 : KVC_NOPE_INT8;
+            p->head_dim = p->nope_format >= KVC_INDEXER_FP8 ? 128 : 0; /* the head width follows the format */
+        } else if (!strcmp(k, "state")) {
+            if (strcmp(v, "f32") && strcmp(v, "bf16")) {
+                snprintf(msg, msglen, "state=%s: expected f32 or bf16", v);
+                return -1;
+            }
+            p->state_dtype = !strcmp(v, "bf16") ? KVC_STATE_BFLOAT16 : KVC_STATE_FLOAT32;
         } else if (!strcmp(k, "cos_sin")) {
             if (strcmp(v, "split") && strcmp(v, "interleaved")) {
                 snprintf(msg, msglen, "cos_sin=%s: expected split or interleaved", v);
@@ -317,7 +368,14 @@ int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t m
             }
             p->kv_block_size = x;
         }
-        else if (!strcmp(k, "overlap")) {
+        else if (!strcmp(k, "rotate") || !strcmp(k, "bias")) {
+            if (x != 0 && x != 1) {
+                snprintf(msg, msglen, "%s=%s: expected 0 or 1", k, v);
+                return -1;
+            }
+            if (!strcmp(k, "rotate")) p->rotate = x ? KVC_ROTATE_HADAMARD : KVC_ROTATE_OFF;
+            else p->score_bias = (int)x;
+        } else if (!strcmp(k, "overlap")) {
             if (x != 0 && x != 1) {
                 snprintf(msg, msglen, "overlap=%s: expected 0 or 1", v);
                 return -1;
@@ -354,24 +412,26 @@ int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t m
 
 static size_t span(int64_t n, int64_t stride, int64_t last) { return n <= 0 ? 0 : (size_t)((n - 1) * stride + last); }
 
-void kvc_kit_tensors(const kvc_args *in, const void *ptrs[9], size_t bytes[9]) {
+void kvc_kit_tensors(const kvc_args *in, const void *ptrs[KVC_KIT_TENSORS], size_t bytes[KVC_KIT_TENSORS]) {
     kvc_args r = *in;
     kvc_resolve_strides(&r);
     const kvc_args *h = &r;
     const int64_t W = h->state_width, st = h->state_stride_token, sb = h->state_stride_block;
     const int64_t bt = h->block_table_stride, cs = h->cos_sin_stride, ps = h->page_stride;
-    const void *p[9] = {h->state_cache, h->token_to_req, h->positions, h->kv_slot_mapping,
-                        h->boundary_token_indices, h->block_table, h->rms_norm_weight, h->cos_sin_cache,
-                        h->kv_cache};
-    size_t b[9] = {4 * span(h->num_blocks, sb, span(h->block_size, st, W)), 4 * (size_t)h->num_tokens,
-                   8 * (size_t)h->num_tokens, 8 * (size_t)h->num_tokens, 8 * (size_t)h->num_outputs,
-                   4 * span(h->num_reqs, bt, h->blocks_per_req), 2 * 512, 4 * span(h->max_pos, cs, 64),
-                   (size_t)(h->num_pages * ps)};
+    const void *p[KVC_KIT_TENSORS] = {h->state_cache, h->token_to_req, h->positions, h->kv_slot_mapping,
+                                      h->boundary_token_indices, h->block_table, h->rms_norm_weight,
+                                      h->cos_sin_cache, h->score_bias, h->kv_cache};
+    size_t b[KVC_KIT_TENSORS] = {(size_t)kvc_state_elem_bytes(h) * span(h->num_blocks, sb, span(h->block_size, st, W)),
+                                 4 * (size_t)h->num_tokens, 8 * (size_t)h->num_tokens, 8 * (size_t)h->num_tokens,
+                                 8 * (size_t)h->num_outputs, 4 * span(h->num_reqs, bt, h->blocks_per_req),
+                                 2 * (size_t)h->head_dim, 4 * span(h->max_pos, cs, 64),
+                                 h->score_bias ? 4 * span(h->compress_ratio, h->score_bias_stride, W / 2) : 0,
+                                 (size_t)(h->num_pages * ps)};
     memcpy(ptrs, p, sizeof p);
     memcpy(bytes, b, sizeof b);
 }
 
-void kvc_kit_rebind(kvc_args *a, void *const p[9]) {
+void kvc_kit_rebind(kvc_args *a, void *const p[KVC_KIT_TENSORS]) {
     a->state_cache = (const float *)p[0];
     a->token_to_req = (const int32_t *)p[1];
     a->positions = (const int64_t *)p[2];
@@ -380,18 +440,19 @@ void kvc_kit_rebind(kvc_args *a, void *const p[9]) {
     a->block_table = (const int32_t *)p[5];
     a->rms_norm_weight = (const uint16_t *)p[6];
     a->cos_sin_cache = (const float *)p[7];
-    a->kv_cache = (uint8_t *)p[8];
+    a->score_bias = (const float *)p[KVC_KIT_BIAS];
+    a->kv_cache = (uint8_t *)p[KVC_KIT_KV];
 }
 
 int kvc_kit_upload(const kvc_kit_mem *m, const kvc_args *host, kvc_kit_dev_args *x, char *err, size_t errlen) {
     memset(x, 0, sizeof *x);
     x->d = *host;
-    const void *src[9];
-    size_t bytes[9];
+    const void *src[KVC_KIT_TENSORS];
+    size_t bytes[KVC_KIT_TENSORS];
     kvc_kit_tensors(host, src, bytes);
-    x->kv_bytes = bytes[8];
-    for (int i = 0; i < 9; i++)
-        if (m->put(src[i] && bytes[i] ? src[i] : NULL, bytes[i], &x->h[i], err, errlen) != 0) {
+    x->kv_bytes = bytes[KVC_KIT_KV];
+    for (int i = 0; i < KVC_KIT_TENSORS; i++)
+        if ((i != KVC_KIT_BIAS || src[i]) && m->put(src[i] && bytes[i] ? src[i] : NULL, bytes[i], &x->h[i], err, errlen) != 0) {
             kvc_kit_release(m, x);
             return -1;
         }
@@ -400,7 +461,7 @@ int kvc_kit_upload(const kvc_kit_mem *m, const kvc_args *host, kvc_kit_dev_args 
 }
 
 void kvc_kit_release(const kvc_kit_mem *m, kvc_kit_dev_args *x) {
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < KVC_KIT_TENSORS; i++)
         if (x->h[i]) m->drop(x->h[i]);
     memset(x, 0, sizeof *x);
 }
@@ -424,7 +485,7 @@ kvc_status kvc_kit_device_run(const kvc_kit_mem *m, const kvc_exec *ex, const kv
             rep->outputs_nonfinite = s.outputs_nonfinite;
         }
         if (st == KVC_OK && s.status != 0) st = (kvc_status)s.status;
-        if (x.kv_bytes && m->get(x.h[8], a->kv_cache, x.kv_bytes) != 0) st = KVC_ERROR_DEVICE;
+        if (x.kv_bytes && m->get(x.h[KVC_KIT_KV], a->kv_cache, x.kv_bytes) != 0) st = KVC_ERROR_DEVICE;
     }
     kvc_kit_release(m, &x);
     return st;

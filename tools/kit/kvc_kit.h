@@ -39,7 +39,8 @@ int kvc_kit_load_index(const char *golden_dir, kvc_golden_case **cases);
 /** Read a whole file.  @return malloc'ed bytes or NULL. */
 uint8_t *kvc_kit_read_file(const char *path, size_t *len);
 
-/** Copy slot `slot` of args' kv_cache as a golden row: 576 payload + 8 scale bytes. */
+/** Copy slot `slot` of args' kv_cache as a golden row: its payload, then its
+ * scale bytes (584 bytes, or 132 / 68 for the indexer formats: kvc_slot_bytes). */
 void kvc_kit_slot_row(const kvc_args *a, int64_t slot, uint8_t row[KVC_SLOT_BYTES]);
 /**
  * The case of `spec` (kvc_kit_parse_spec syntax) generated into *c and run
@@ -62,7 +63,13 @@ int kvc_kit_check_inputs(const kvc_golden_case *g, const kvc_case *c, char *msg,
 int kvc_kit_conforms(const uint8_t *ours, const uint8_t *ref, int64_t n, int fp8, int64_t *differ, char *msg,
                      size_t msglen);
 
-/** Parse "reqs=8,tokens=131072,C=128,block=8,layout=shuffle,..." into params. @return 0 or -1. */
+/** A slot format's name (int8, fp8, indexer_fp8, indexer_mxfp4) to its value.  @return 0, or -1 for another name. */
+int kvc_kit_parse_format(const char *s, kvc_nope_format *f);
+/** The name of a slot format ("?" for a value out of range). */
+const char *kvc_kit_format_name(kvc_nope_format f);
+
+/** Parse "reqs=8,tokens=131072,C=128,block=8,layout=shuffle,..." into params (format=indexer_* sets head
+ * width 128; rotate=0|1, bias=0|1, state=f32|bf16: SPEC 9, 10).  @return 0 or -1. */
 int kvc_kit_parse_spec(const char *spec, kvc_case_params *p, char *msg, size_t msglen);
 
 /** A device's memory, for the runners below (kvc_kit_cuda.cu, kvc_kit_opencl.c). */
@@ -74,9 +81,14 @@ typedef struct kvc_kit_mem {
     void (*drop)(void *handle);
 } kvc_kit_mem;
 /** Host args copied to a device: `d` points at the device copies. */
+/* The tensors of kvc_args, in its order: score_bias (optional: NULL where
+ * the host's is) is KVC_KIT_BIAS, kv_cache the last. */
+#define KVC_KIT_TENSORS 10
+#define KVC_KIT_BIAS 8
+#define KVC_KIT_KV 9
 typedef struct kvc_kit_dev_args {
     kvc_args d;
-    void *h[9];       /* kvc_kit_tensors order: h[8] is kv_cache */
+    void *h[KVC_KIT_TENSORS]; /* kvc_kit_tensors order */
     size_t kv_bytes;
 } kvc_kit_dev_args;
 /** Copy every tensor of host args to the device.  @return 0, or -1 with err filled. */
@@ -116,9 +128,9 @@ void kvc_kit_opencl_use(void *ctx, void *queue);
  * its sizes and strides declare (0 strides = contiguous).  For copying host
  * args to a device.
  */
-void kvc_kit_tensors(const kvc_args *a, const void *ptrs[9], size_t bytes[9]);
+void kvc_kit_tensors(const kvc_args *a, const void *ptrs[KVC_KIT_TENSORS], size_t bytes[KVC_KIT_TENSORS]);
 /** Point the nine tensor fields of `a` (same order) at ptrs (device pointers or cl_mem handles). */
-void kvc_kit_rebind(kvc_args *a, void *const ptrs[9]);
+void kvc_kit_rebind(kvc_args *a, void *const ptrs[KVC_KIT_TENSORS]);
 
 /**
  * The CPU floor of SPEC 6: one read of buf[0, words) with `threads` threads

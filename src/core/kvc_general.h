@@ -1,0 +1,260 @@
+/*
+ * kvc_general.h -- the GPU backends' general kernel body, written once for
+ * CUDA and OpenCL C: every call the tuned kernels do not take -- head width
+ * 128 (SPEC 9: the indexer's INDEXER_FP8 / INDEXER_MXFP4 slots, the
+ * rotation), a bf16 state or a score bias (SPEC 10) -- with head width 128
+ * or 512, any window, any format.
+ *
+ * One group (CTA / work-group) of D threads per output, thread d holding
+ * dimension d: it walks the window in token order, segment by segment, and
+ * combines the segment states in the canonical tree with a binary counter
+ * (kvc_check.h's KVC_TREE_PUSH), so its window sum c_d is SPEC 3's; then
+ * the D threads finalise the slot together, each step one canonical
+ * operation per dimension, the sums and maxima across dimensions through
+ * local memory in the canonical pairwise order.  The bytes equal the CPU
+ * backend's (kvc_finalize_slot, kvc_finalize_indexer), which the golden
+ * and conformance tests check on every backend.
+ *
+ * The backend's kernel wraps these: the index checks and their reports
+ * (the status words differ), then kvc_gen_reduce, then kvc_gen_finalize.
+ */
+#ifndef KVC_GENERAL_H
+#define KVC_GENERAL_H
+
+#include "kvc_check.h"
+
+#if defined(__OPENCL_VERSION__)
+#define KVC_GEN_FN static inline
+#define KVC_GEN_SYNC() barrier(CLK_LOCAL_MEM_FENCE)
+#define KVC_GEN_LOCAL __local
+#define KVC_GEN_OR(p, v) atomic_or((p), (v))
+#else /* CUDA device code */
+#define KVC_GEN_FN static __device__ __forceinline__
+#define KVC_GEN_SYNC() __syncthreads()
+#define KVC_GEN_LOCAL
+#define KVC_GEN_OR(p, v) atomicOr((p), (v))
+#endif
+
+#define KVC_GEN_STACK 48 /* tree levels: any window of < 2^47 segments */
+
+/** A group's local memory. */
+typedef struct kvc_gen_scratch {
+    float x[512];      /* the finaliser's values, sums and maxima          */
+    kvc_u8 code[128];  /* INDEXER_MXFP4: each dim's e2m1 code              */
+    int ex[8];         /* per-group exponents                              */
+    int bad;           /* a non-finite value somewhere in the slot         */
+    int bad_row;       /* a window row's physical block out of range       */
+    kvc_i64 bad_g;     /* its value                                        */
+} kvc_gen_scratch;
+
+/** One state element as binary32: a float, or bf16 bits widened. */
+KVC_GEN_FN float kvc_gen_elem(KVC_GLOBAL const float *st, int bf16, kvc_i64 i) {
+    return bf16 ? kvc_bf16_to_f32(((KVC_GLOBAL const kvc_u16 *)st)[i]) : st[i];
+}
+
+/**
+ * Window row i of the output at boundary position p, dimension d: its value
+ * and score (plus its score_bias element, where bias is not NULL); a masked
+ * row is (0, -Inf).  A row whose physical block is out of range sets
+ * sc->bad_row and its value (and reads nothing).
+ */
+KVC_GEN_FN void kvc_gen_row(const kvc_shape *sh, KVC_GLOBAL const float *st, KVC_GLOBAL const kvc_i32 *trow,
+                            KVC_GLOBAL const float *bias, kvc_i64 p, kvc_i64 i, int d, float *v, float *s,
+                            KVC_GEN_LOCAL kvc_gen_scratch *sc) {
+    const int D = (int)sh->head_dim, ovl = sh->overlap != 0;
+    int vo, so;
+    const kvc_i64 pos = kvc_window_row(p, sh->compress_ratio, ovl, D, i, &vo, &so);
+    *v = 0.0f;
+    *s = KVC_NEG_INF;
+    if (pos < 0) return;
+    const kvc_i64 l = kvc_udiv(pos, sh->block_size);
+    const kvc_i64 g = trow[l];
+    if (g < 0 || g >= sh->num_blocks) {
+        sc->bad_row = 1;
+        sc->bad_g = g;
+        return;
+    }
+    const kvc_i64 base = g * sh->state_stride_block + (pos - l * sh->block_size) * sh->state_stride_token;
+    *v = kvc_gen_elem(st, (int)sh->state_bf16, base + vo + d);
+    *s = kvc_gen_elem(st, (int)sh->state_bf16, base + so + d);
+    if (bias)
+        *s = KVC_ADD(*s, bias[(pos % sh->compress_ratio) * sh->score_bias_stride + (so - kvc_score_delta(ovl, D)) + d]);
+}
+
+/**
+ * Dimension d's window sum c_d of the output at boundary position p of
+ * request row trow (SPEC 3): 8-row segments in token order, each reduced
+ * as kvc_seg_step says, their states merged in the canonical tree.  All
+ * threads of the group call it; sc->bad_row must be 0 on entry and is read
+ * after a barrier.
+ */
+KVC_GEN_FN float kvc_gen_reduce(const kvc_shape *sh, KVC_GLOBAL const float *st, KVC_GLOBAL const kvc_i32 *trow,
+                                KVC_GLOBAL const float *bias, kvc_i64 p, int d, KVC_GEN_LOCAL kvc_gen_scratch *sc) {
+    const kvc_i64 rows = kvc_window_rows(sh->compress_ratio, sh->overlap != 0);
+    const kvc_i64 nseg = kvc_num_segments(rows);
+    float sm[KVC_GEN_STACK], sd[KVC_GEN_STACK], sn[KVC_GEN_STACK];
+    kvc_i64 sizes[KVC_GEN_STACK];
+    int top = -1;
+    for (kvc_i64 sg = 0; sg < nseg; sg++) {
+        const kvc_i64 r0 = sg * KVC_SEG;
+        const int n = (int)(rows - r0 < KVC_SEG ? rows - r0 : KVC_SEG);
+        float v[KVC_SEG], s[KVC_SEG];
+        for (int i = 0; i < KVC_SEG; i++)
+            if (i < n) kvc_gen_row(sh, st, trow, bias, p, r0 + i, d, &v[i], &s[i], sc);
+        float m = s[0], den = 0.0f, num = 0.0f;
+        for (int i = 1; i < KVC_SEG; i++)
+            if (i < n) m = kvc_max(m, s[i]);
+        for (int i = 0; i < KVC_SEG; i++)
+            if (i < n) kvc_seg_step(m, s[i], v[i], &den, &num);
+        kvc_seg_close(m, &den, &num);
+        top++;
+        sm[top] = m;
+        sd[top] = den;
+        sn[top] = num;
+        sizes[top] = 1;
+#define KVC_GEN_MERGE(l, r) kvc_merge(&sm[l], &sd[l], &sn[l], sm[r], sd[r], sn[r])
+        KVC_TREE_PUSH(sizes, top, KVC_GEN_MERGE);
+    }
+    KVC_TREE_FOLD(top, KVC_GEN_MERGE);
+#undef KVC_GEN_MERGE
+    return KVC_DIV(sn[0], sd[0]);
+}
+
+/*
+ * Every barrier below is reached by every thread of the group, and the
+ * kernels around them return nowhere before their last barrier: PoCL's
+ * optimised work-group functions miscompiled a kernel that returned
+ * (uniformly) before them, running its tail once per work-item.
+ */
+
+/** x[0] = the canonical pairwise sum of x[0 .. n) (n = 128 or 512), by
+ * the n threads d (x is overwritten). */
+KVC_GEN_FN float kvc_gen_sum(KVC_GEN_LOCAL float *x, int n, int d) {
+    for (int m = n; m > 1; m >>= 1) {
+        const int on = d < m / 2;
+        const float t = on ? KVC_ADD(x[2 * d], x[2 * d + 1]) : 0.0f;
+        KVC_GEN_SYNC();
+        if (on) x[d] = t;
+        KVC_GEN_SYNC();
+    }
+    const float r = x[0];
+    KVC_GEN_SYNC();
+    return r;
+}
+
+/** Thread d's a as the maximum of its group of g consecutive
+ * threads (kvc_max; the order does not matter for the non-NaN values it is
+ * used on). */
+KVC_GEN_FN float kvc_gen_group_max(KVC_GEN_LOCAL float *x, float a, int g, int d) {
+    x[d] = a;
+    KVC_GEN_SYNC();
+    for (int h = g / 2; h >= 1; h >>= 1) {
+        const int on = (d % g) < h;
+        const float t = on ? kvc_max(x[d], x[d + h]) : 0.0f;
+        KVC_GEN_SYNC();
+        if (on) x[d] = t;
+        KVC_GEN_SYNC();
+    }
+    const float r = x[d - d % g];
+    KVC_GEN_SYNC();
+    return r;
+}
+
+/** Thread d's partner value x[d ^ h] after every thread put its own v. */
+KVC_GEN_FN float kvc_gen_partner(KVC_GEN_LOCAL float *x, float v, int h, int d) {
+    x[d] = v;
+    KVC_GEN_SYNC();
+    const float r = x[d ^ h];
+    KVC_GEN_SYNC();
+    return r;
+}
+
+/**
+ * Finalise one output from c (thread d's window sum): the D threads write
+ * the slot's payload and scale bytes as kvc_finalize_slot (D = 512) or
+ * kvc_finalize_indexer (D = 128) do.  w: the RMSNorm weights, cs: the
+ * output's cos/sin row; write = 0: nothing is written (an output skipped
+ * after the group's barriers: every thread still calls).  @return 1
+ * (every thread) for a non-finite slot.
+ */
+KVC_GEN_FN int kvc_gen_finalize(const kvc_shape *sh, float c, int d, int write, KVC_GLOBAL const kvc_u16 *w,
+                                KVC_GLOBAL const float *cs, KVC_GLOBAL kvc_u8 *payload, KVC_GLOBAL kvc_u8 *scales,
+                                KVC_GEN_LOCAL kvc_gen_scratch *sc) {
+    const int D = (int)sh->head_dim, fmt = (int)sh->nope_format, il = sh->cos_sin_layout == 1;
+    if (d == 0) sc->bad = 0;
+    int bad = kvc_nonfinite(c);
+    sc->x[d] = KVC_MUL(c, c);
+    KVC_GEN_SYNC();
+    const float ss = kvc_gen_sum(sc->x, D, d);
+    const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(ss, D == 128 ? KVC_INV128 : KVC_INV512), sh->rms_norm_eps)));
+    const float y = kvc_rms_apply(c, rr, kvc_bf16_to_f32(w[d]));
+    bad |= kvc_nonfinite(y);
+    /* RoPE on the last 64 dims: pair j = (u, v) = (y[D-64+2j], y[D-63+2j]) */
+    const float other = kvc_gen_partner(sc->x, y, 1, d);
+    float val = y;
+    if (d >= D - 64) {
+        float cj = 0.0f, sj = 0.0f, uo, wo;
+        if (write) kvc_cos_sin(cs, il, (d - (D - 64)) / 2, &cj, &sj); /* (a skipped output's row may not exist) */
+        const int odd = d & 1;
+        kvc_rope(odd ? other : y, odd ? y : other, cj, sj, &uo, &wo);
+        val = odd ? wo : uo;
+        bad |= kvc_nonfinite(val);
+    }
+    /* D = 128 with rotation: the Walsh-Hadamard butterflies, h = 1 .. 64,
+     * then 1/sqrt(128) */
+    const int rot = D == 128 && sh->rotate;
+    for (int h = 1; h < (rot ? 128 : 1); h <<= 1) {
+        const float b = kvc_gen_partner(sc->x, val, h, d);
+        val = (d & h) ? KVC_SUB(b, val) : KVC_ADD(val, b);
+    }
+    if (rot) val = KVC_MUL(val, KVC_INV_SQRT128);
+    bad |= kvc_nonfinite(val);
+    const kvc_u16 h = kvc_bf16_bits(val);
+    bad |= kvc_bf16_nonfinite(h);
+    const float z = kvc_bf16_to_f32(h);
+    if (bad) KVC_GEN_OR(&sc->bad, 1);
+    KVC_GEN_SYNC();
+    bad = sc->bad;
+    /* the quantisation groups' amax: 64 dims (D = 512), the slot
+     * (INDEXER_FP8), 32 dims (INDEXER_MXFP4) */
+    const int mx = D == 128 && fmt == KVC_FMT_MXFP4;
+    const float amax = kvc_gen_group_max(sc->x, z < 0.0f ? -z : z, D == 512 ? 64 : mx ? 32 : 128, d);
+    int e;
+    if (D == 512) {
+        e = kvc_group_exponent(amax, fmt == KVC_FMT_FP8);
+    } else if (!mx) {
+        e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_AMAX_FLOOR), KVC_FP8_MAX));
+    } else {
+        e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_MX_AMAX_FLOOR), 6.0f));
+        e = e < -127 ? -127 : e > 127 ? 127 : e;
+        sc->code[d] = kvc_e2m1_code(KVC_MUL(z, kvc_pow2(-e)));
+        if (d % 32 == 0) sc->ex[d / 32] = e;
+    }
+    KVC_GEN_SYNC();
+    if (!write) {
+    } else if (D == 512) {
+        const int fp8 = fmt == KVC_FMT_FP8;
+        if (d < 448) {
+            payload[d] = bad ? (kvc_u8)0 : kvc_nope_code(z, e, fp8);
+            if (d % 64 == 0) scales[d / 64] = kvc_scale_byte(e, bad);
+        } else {
+            const kvc_u16 hb = bad ? (kvc_u16)KVC_BF16_QNAN : h;
+            payload[448 + 2 * (d - 448)] = (kvc_u8)(hb & 0xFFu);
+            payload[449 + 2 * (d - 448)] = (kvc_u8)(hb >> 8);
+        }
+        if (d == 0) scales[7] = 0;
+    } else if (!mx) {
+        float v = KVC_MUL(z, kvc_pow2(-e));
+        v = v > KVC_FP8_MAX ? KVC_FP8_MAX : v;
+        v = v < -KVC_FP8_MAX ? -KVC_FP8_MAX : v;
+        payload[d] = bad ? (kvc_u8)0 : kvc_e4m3_code(v);
+        const kvc_u32 sb = bad ? 0x7FC00000u : KVC_BITS(kvc_pow2(e)); /* a quiet NaN for a non-finite slot */
+        if (d < 4) scales[d] = (kvc_u8)(sb >> (8 * d));
+    } else {
+        if (d < 64) payload[d] = bad ? (kvc_u8)0 : (kvc_u8)(sc->code[2 * d] | (sc->code[2 * d + 1] << 4));
+        if (d < 4) scales[d] = bad ? (kvc_u8)0xFF : (kvc_u8)(sc->ex[d] + 127);
+    }
+    return bad;
+}
+
+#endif /* KVC_GENERAL_H */
