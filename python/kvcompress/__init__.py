@@ -146,6 +146,7 @@ class _View:
                                                       f"element size {x.itemsize}; pass an aligned copy (.copy())")
         if dt not in dtypes:
             raise KVCError("KVC_ERROR_BAD_SHAPE", f"dtype of {name} is {dt}, expected {' or '.join(dtypes)}")
+        self.dtype = dt
         if len(self.shape) != ndim:
             raise KVCError("KVC_ERROR_BAD_SHAPE", f"{name}: {len(self.shape)} dimensions, expected {ndim}")
         if 0 in self.shape:
@@ -178,16 +179,39 @@ def _index_1d(name, x, dtypes):
     return _View(name, x, dtypes, 1)
 
 
+def _kv_format(kv_format, nope_format):
+    """The slot format from kv_format or its alias nope_format (not both, unless equal)."""
+    if kv_format is not None and nope_format is not None and kv_format != nope_format:
+        raise KVCError("KVC_ERROR_BAD_PARAMETER", f"kv_format {kv_format!r} and nope_format {nope_format!r}: "
+                                                  "nope_format is an alias of kv_format; pass one")
+    if kv_format is None and nope_format is not None:
+        return _enum(_lib.NOPE_FORMATS, "nope_format", nope_format)
+    return _enum(_lib.NOPE_FORMATS, "kv_format", "int8" if kv_format is None else kv_format)
+
+
 def compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
              cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps=1e-6, *,
-             nope_format="int8", overlap=False, cos_sin_layout="split", kv_block_size=64, backend=None,
-             num_threads=0):
+             kv_format=None, nope_format=None, overlap=False, cos_sin_layout="split", kv_block_size=64,
+             rotate=False, score_bias=None, backend=None, num_threads=0):
     """Like :func:`c128_256_512_compress`, with explicit control: ``backend`` is
     None (from the tensors' device), "cpu" or "cuda" (OpenCL takes a command
     queue, which only the C API can pass); ``num_threads``
     is the CPU thread count (0 = up to all cores, fewer for small calls).  Returns (kv_cache, report) where
-    report is a dict (GPU: counts are -1, see :func:`check_device_status`)."""
-    st = _View("state_cache", state_cache, ("float32",), 3)
+    report is a dict (GPU: counts are -1, see :func:`check_device_status`).
+
+    DeepSeek-V4's whole compression step (SPEC 9, 10): ``kv_format`` "int8"
+    or "fp8" (head width 512, 584-byte slots) or "indexer_fp8" /
+    "indexer_mxfp4" (the indexer: head width 128, 132 / 68-byte slots);
+    ``nope_format`` is its alias.  The head width follows from the format:
+    state rows of 2 x 128 (overlap 4 x 128) elements and 128 weights for the
+    indexer.  ``rotate``: the Walsh-Hadamard rotation of the indexer's keys.
+    ``score_bias``: None, or a float32 [compress_ratio, state_width / 2]
+    array / tensor added to every score (SGLang's ``ape``).  ``state_cache``
+    may be float32 or bfloat16 (torch.bfloat16, ml_dtypes.bfloat16)."""
+    fmt = _kv_format(kv_format, nope_format)
+    head_dim = 128 if fmt >= 2 else 512
+    slot_bytes = _lib.SLOT_BYTES[fmt]
+    st = _View("state_cache", state_cache, ("float32", "bfloat16"), 3)
     t2r = _index_1d("token_to_req", token_to_req, ("int32",))
     pos = _index_1d("positions", positions, ("int64",))
     bidx = _index_1d("boundary_token_indices", boundary_token_indices, ("int64",))
@@ -197,6 +221,9 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
     slots = _index_1d("kv_slot_mapping", kv_slot_mapping, ("int64",))
     kv = _View("kv_cache", kv_cache, ("uint8",), 2, writable=True)
     views = (st, t2r, pos, bidx, bt, w, cs, slots, kv)
+    if score_bias is not None:
+        bias = _View("score_bias", score_bias, ("float32",), 2)
+        views += (bias,)
     devices = {(v.device, v.device_index) for v in views}
     if len(devices) != 1:
         raise KVCError("KVC_ERROR_BAD_PARAMETER", "all tensors must be on one device, got " +
@@ -213,19 +240,21 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
     rms_norm_eps = _float("rms_norm_eps", rms_norm_eps)
     if (backend == "cuda") != (device == "cuda"):
         raise KVCError("KVC_ERROR_BAD_PARAMETER", f"backend {backend} with tensors on {device}")
-    if w.shape[0] != 512:
-        raise KVCError("KVC_ERROR_BAD_SHAPE", f"rms_norm_weight: {w.shape[0]} values, expected 512")
+    if w.shape[0] != head_dim:
+        raise KVCError("KVC_ERROR_BAD_SHAPE", f"rms_norm_weight: {w.shape[0]} values, expected {head_dim} "
+                                              f"(the head width of kv_format {_lib.FORMAT_NAMES[fmt]!r})")
+    if score_bias is not None and (bias.shape[0] != compress_ratio or bias.shape[1] != st.shape[2] // 2):
+        raise KVCError("KVC_ERROR_BAD_SHAPE", f"score_bias: shape {tuple(bias.shape)}, expected (compress_ratio, "
+                                              f"state_width / 2) = ({compress_ratio}, {st.shape[2] // 2})")
     if cs.shape[1] != 64:
         raise KVCError("KVC_ERROR_BAD_SHAPE", f"cos_sin_cache: rows of {cs.shape[1]}, expected 64")
-    if kv.shape[0] > 0 and kv_block_size >= 1 and kv.shape[1] < 584 * kv_block_size:
+    if kv.shape[0] > 0 and kv_block_size >= 1 and kv.shape[1] < slot_bytes * kv_block_size:
         raise KVCError("KVC_ERROR_BAD_SHAPE", f"kv_cache: pages of {kv.shape[1]} bytes (kv_cache.shape[1]), "
-                                              f"expected >= 584 * kv_block_size = {584 * kv_block_size}")
+                                              f"expected >= {slot_bytes} * kv_block_size = {slot_bytes * kv_block_size}")
     n_tok = t2r.shape[0]
     for v in (pos, slots):
         if v.shape[0] != n_tok:
             raise KVCError("KVC_ERROR_BAD_SHAPE", f"{v.name}: {v.shape[0]} tokens, token_to_req has {n_tok}")
-    if nope_format not in _lib.NOPE_FORMATS:
-        raise KVCError("KVC_ERROR_BAD_PARAMETER", f"nope_format {nope_format!r}: expected int8 or fp8")
     if cos_sin_layout not in _lib.COS_SIN_LAYOUTS:
         raise KVCError("KVC_ERROR_BAD_PARAMETER", f"cos_sin_layout {cos_sin_layout!r}: expected split or interleaved")
 
@@ -250,7 +279,13 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
     a.kv_block_size = int(kv_block_size)
     a.compress_ratio = int(compress_ratio)
     a.rms_norm_eps = float(rms_norm_eps)
-    a.nope_format = _lib.NOPE_FORMATS[nope_format]
+    a.nope_format = fmt
+    a.head_dim = head_dim
+    a.rotate = 1 if rotate else 0
+    a.state_dtype = 1 if st.dtype == "bfloat16" else 0
+    if score_bias is not None:
+        a.score_bias = bias.ptr
+        a.score_bias_stride = bias.strides[0] if bias.shape[0] > 1 else bias.shape[1]
     a.overlap = 1 if overlap else 0
     a.cos_sin_layout = _lib.COS_SIN_LAYOUTS[cos_sin_layout]
 
@@ -296,20 +331,22 @@ def _enum(table, what, value):
 
 
 def _torch_call(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
-                cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps, nope_format,
-                overlap, cos_sin_layout, kv_block_size):
+                cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps, kv_format,
+                overlap, cos_sin_layout, kv_block_size, rotate=False, score_bias=None):
     """One call with torch tensors: through the extension (_torch.py) when it
-    is built and every argument is a tensor, else through compress()."""
+    is built, every argument is a tensor and the call is a float32 state of
+    head width 512 without a score bias; else through compress()."""
     ext = _torch.get(_L)
-    if ext is not None:
-        nf = _enum(_lib.NOPE_FORMATS, "nope_format", nope_format)
+    fmt = _enum(_lib.NOPE_FORMATS, "kv_format", kv_format)
+    plain = fmt < 2 and not rotate and score_bias is None and str(getattr(state_cache, "dtype", "")) != "torch.bfloat16"
+    if ext is not None and plain:
         lay = _enum(_lib.COS_SIN_LAYOUTS, "cos_sin_layout", cos_sin_layout)
         dev = kv_cache.get_device()
         stream = _cuda_stream(dev) if dev >= 0 else 0
         try:
             status = ext.compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
                                   rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size,
-                                  compress_ratio, rms_norm_eps, nf, 1 if overlap else 0, lay, kv_block_size, stream)
+                                  compress_ratio, rms_norm_eps, fmt, 1 if overlap else 0, lay, kv_block_size, stream)
         except TypeError:  # an argument that is not a tensor: compress() names it
             status = None
         if status == 0:
@@ -321,7 +358,8 @@ def _torch_call(state_cache, token_to_req, positions, boundary_token_indices, bl
             raise KVCError(name, ext.last_message())
     compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
              cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,
-             nope_format=nope_format, overlap=overlap, cos_sin_layout=cos_sin_layout, kv_block_size=kv_block_size)
+             kv_format=kv_format, overlap=overlap, cos_sin_layout=cos_sin_layout, kv_block_size=kv_block_size,
+             rotate=rotate, score_bias=score_bias)
 
 
 _cuda_stream = None
@@ -334,17 +372,19 @@ def _torch_op():
     global _TORCH_OP, _cuda_stream
     if _TORCH_OP is None:
         import torch
+        from typing import Optional
         _cuda_stream = torch._C._cuda_getCurrentRawStream if torch.cuda.is_available() else None
 
         @torch.library.custom_op("kvcompress::compress_", mutates_args=("kv_cache",))
         def _op(state_cache: torch.Tensor, token_to_req: torch.Tensor, positions: torch.Tensor,
                 boundary_token_indices: torch.Tensor, block_table: torch.Tensor, rms_norm_weight: torch.Tensor,
                 cos_sin_cache: torch.Tensor, kv_slot_mapping: torch.Tensor, kv_cache: torch.Tensor,
-                block_size: int, compress_ratio: int, rms_norm_eps: float, nope_format: str, overlap: bool,
-                cos_sin_layout: str, kv_block_size: int) -> None:
+                block_size: int, compress_ratio: int, rms_norm_eps: float, kv_format: str, overlap: bool,
+                cos_sin_layout: str, kv_block_size: int, rotate: bool,
+                score_bias: Optional[torch.Tensor]) -> None:
             _torch_call(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
                         cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,
-                        nope_format, overlap, cos_sin_layout, kv_block_size)
+                        kv_format, overlap, cos_sin_layout, kv_block_size, rotate, score_bias)
 
         @_op.register_fake
         def _(*args):
@@ -356,31 +396,34 @@ def _torch_op():
 
 def c128_256_512_compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
                           rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio,
-                          rms_norm_eps=1e-6, *, nope_format="int8", overlap=False, cos_sin_layout="split",
-                          kv_block_size=64):
+                          rms_norm_eps=1e-6, *, kv_format=None, nope_format=None, overlap=False,
+                          cos_sin_layout="split", kv_block_size=64, rotate=False, score_bias=None):
     """The statement's signature: writes the compressed slots into kv_cache in
-    place and returns kv_cache.  See the module docstring.  With torch tensors,
-    an eager call goes straight to the compiled extension (see _torch.py) on
-    torch's current stream; under torch.compile it is the custom op
-    torch.ops.kvcompress.compress_ (one opaque node)."""
+    place and returns kv_cache.  See the module docstring, and compress() for
+    kv_format (nope_format: its alias), rotate, score_bias and a bfloat16
+    state.  With torch tensors, an eager call goes straight to the compiled
+    extension (see _torch.py) on torch's current stream; under torch.compile
+    it is the custom op torch.ops.kvcompress.compress_ (one opaque node)."""
     if _is_torch(kv_cache):
+        fmt = _lib.FORMAT_NAMES[_kv_format(kv_format, nope_format)]
         op, compiling = _TORCH_OP or _torch_op()
         block_size, compress_ratio, rms_norm_eps, kv_block_size = _torch_ints(block_size, compress_ratio,
                                                                               rms_norm_eps, kv_block_size)
         if compiling() and all(_is_torch(x) for x in (state_cache, token_to_req, positions, boundary_token_indices,
-                                                      block_table, rms_norm_weight, cos_sin_cache, kv_slot_mapping)):
+                                                      block_table, rms_norm_weight, cos_sin_cache, kv_slot_mapping)) \
+                and (score_bias is None or _is_torch(score_bias)):
             op(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
-               cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps, nope_format,
-               bool(overlap), cos_sin_layout, kv_block_size)
+               cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps, fmt,
+               bool(overlap), cos_sin_layout, kv_block_size, bool(rotate), score_bias)
         else:
             _torch_call(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
                         cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,
-                        nope_format, overlap, cos_sin_layout, kv_block_size)
+                        fmt, overlap, cos_sin_layout, kv_block_size, rotate, score_bias)
         return kv_cache
     out, _ = compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
                       cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps,
-                      nope_format=nope_format, overlap=overlap, cos_sin_layout=cos_sin_layout,
-                      kv_block_size=kv_block_size)
+                      kv_format=kv_format, nope_format=nope_format, overlap=overlap, cos_sin_layout=cos_sin_layout,
+                      kv_block_size=kv_block_size, rotate=rotate, score_bias=score_bias)
     return out
 
 

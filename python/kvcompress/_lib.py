@@ -22,6 +22,8 @@ class Args(ctypes.Structure):
         ("compress_ratio", i64), ("rms_norm_eps", ctypes.c_float),
         ("nope_format", ctypes.c_int), ("overlap", ctypes.c_int), ("cos_sin_layout", ctypes.c_int),
         ("numerics", ctypes.c_int),
+        ("head_dim", i64), ("rotate", ctypes.c_int), ("state_dtype", ctypes.c_int),
+        ("score_bias", vp), ("score_bias_stride", i64),
     ]
 
 
@@ -56,18 +58,22 @@ class CaseParams(ctypes.Structure):
                 ("cos_sin_layout", ctypes.c_int), ("num_value_shifts", ctypes.c_int),
                 ("value_shifts", _Shift * 8), ("num_poison", ctypes.c_int),
                 ("poison", ctypes.POINTER(CasePoison)), ("huge_pages", ctypes.c_int), ("first_position", i64),
-                ("head_dim", i64)]
+                ("head_dim", i64), ("rotate", ctypes.c_int), ("state_dtype", ctypes.c_int),
+                ("score_bias", ctypes.c_int)]
 
 
 class Case(ctypes.Structure):
     _fields_ = [("args", Args), ("state_cache", vp), ("token_to_req", vp), ("positions", vp),
                 ("kv_slot_mapping", vp), ("boundary_token_indices", vp), ("block_table", vp),
                 ("rms_norm_weight", vp), ("cos_sin_cache", vp), ("kv_cache", vp),
-                ("state_elems", ctypes.c_size_t), ("kv_cache_bytes", ctypes.c_size_t)]
+                ("state_elems", ctypes.c_size_t), ("kv_cache_bytes", ctypes.c_size_t),
+                ("state_bf16", vp), ("score_bias", vp)]
 
 
 BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2, "opencl": 3}
-NOPE_FORMATS = {"int8": 0, "fp8": 1, "fp8_e4m3": 1}
+NOPE_FORMATS = {"int8": 0, "fp8": 1, "fp8_e4m3": 1, "indexer_fp8": 2, "indexer_mxfp4": 3}
+FORMAT_NAMES = {0: "int8", 1: "fp8", 2: "indexer_fp8", 3: "indexer_mxfp4"}
+SLOT_BYTES = {0: 584, 1: 584, 2: 132, 3: 68}  # per kvc_nope_format value (kvc_slot_bytes)
 COS_SIN_LAYOUTS = {"split": 0, "interleaved": 1}
 
 

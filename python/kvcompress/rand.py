@@ -40,13 +40,18 @@ class GeneratedCase:
     reference) and the memory is freed when the case and its arrays are gone."""
 
     _ARRAYS = ("state_cache", "token_to_req", "positions", "kv_slot_mapping", "boundary_token_indices",
-               "block_table", "rms_norm_weight", "cos_sin_cache", "kv_cache")
+               "block_table", "rms_norm_weight", "cos_sin_cache", "kv_cache", "score_bias")
 
     def __init__(self, reqs, tokens, C, block, shuffle=False, seed=1, score_shift=0, kv_block_size=64,
                  nope_format="int8", overlap=False, cos_sin_layout="split", value_shifts=(), poison=(),
-                 huge_pages=False, first_position=0):
+                 huge_pages=False, first_position=0, kv_format=None, rotate=False, state_dtype="float32",
+                 score_bias=False):
+        if kv_format is not None:
+            nope_format = kv_format
         if nope_format not in _lib.NOPE_FORMATS:
-            raise ValueError(f"nope_format {nope_format!r}: expected int8 or fp8")
+            raise ValueError(f"kv_format {nope_format!r}: expected one of {', '.join(_lib.NOPE_FORMATS)}")
+        if state_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"state_dtype {state_dtype!r}: expected float32 or bfloat16")
         if cos_sin_layout not in _lib.COS_SIN_LAYOUTS:
             raise ValueError(f"cos_sin_layout {cos_sin_layout!r}: expected split or interleaved")
         if len(value_shifts) > 8:
@@ -65,6 +70,11 @@ class GeneratedCase:
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"{name} = {v!r}: expected an integer in [{lo}, {hi}]")
         p.nope_format = _lib.NOPE_FORMATS[nope_format]
+        self.kv_format = _lib.FORMAT_NAMES[p.nope_format]
+        p.head_dim = 128 if p.nope_format >= 2 else 0  # the head width follows the format
+        p.rotate = int(bool(rotate))
+        p.state_dtype = int(state_dtype == "bfloat16")
+        p.score_bias = int(bool(score_bias))
         p.overlap = int(bool(overlap))
         p.cos_sin_layout = _lib.COS_SIN_LAYOUTS[cos_sin_layout]
         p.num_value_shifts = len(value_shifts)
@@ -88,22 +98,44 @@ class GeneratedCase:
         self.args = a
         self.block_size, self.compress_ratio, self.kv_block_size = a.block_size, a.compress_ratio, a.kv_block_size
         self.state_width = a.state_width
-        shapes = {"state_cache": ((a.num_blocks, a.block_size, a.state_width), np.float32),
+        self.rotate = bool(rotate)
+        if p.state_dtype:  # bf16 bits, viewed as ml_dtypes.bfloat16 where that is installed
+            try:
+                import ml_dtypes
+                bf16 = ml_dtypes.bfloat16
+            except ImportError:
+                bf16 = np.uint16
+        shapes = {"state_cache": ((a.num_blocks, a.block_size, a.state_width), np.uint16 if p.state_dtype else np.float32),
                   "token_to_req": ((a.num_tokens,), np.int32), "positions": ((a.num_tokens,), np.int64),
                   "kv_slot_mapping": ((a.num_tokens,), np.int64),
                   "boundary_token_indices": ((a.num_outputs,), np.int64),
                   "block_table": ((a.num_reqs, a.blocks_per_req), np.int32),
-                  "rms_norm_weight": ((512,), np.uint16), "cos_sin_cache": ((a.max_pos, 64), np.float32),
-                  "kv_cache": ((a.num_pages, a.page_stride), np.uint8)}
+                  "rms_norm_weight": ((a.head_dim,), np.uint16), "cos_sin_cache": ((a.max_pos, 64), np.float32),
+                  "kv_cache": ((a.num_pages, a.page_stride), np.uint8),
+                  "score_bias": ((a.compress_ratio, a.state_width // 2), np.float32)}
+        ptrs = {name: getattr(case, name) for name in self._ARRAYS}
+        if p.state_dtype:
+            ptrs["state_cache"] = case.state_bf16
         for name in self._ARRAYS:
             shape, dtype = shapes[name]
-            setattr(self, name, np.asarray(_Array(self._mem, getattr(case, name), shape, dtype)))
+            if name == "score_bias" and not p.score_bias:
+                self.score_bias = None
+                continue
+            setattr(self, name, np.asarray(_Array(self._mem, ptrs[name], shape, dtype)))
+        if p.state_dtype:
+            self.state_cache = self.state_cache.view(bf16)
 
     def inputs(self):
         """The statement's positional arguments, in order (numpy)."""
         return (self.state_cache, self.token_to_req, self.positions, self.boundary_token_indices, self.block_table,
                 self.rms_norm_weight, self.cos_sin_cache, self.kv_slot_mapping, self.kv_cache, self.block_size,
                 self.compress_ratio)
+
+    def options(self):
+        """The keyword arguments of :func:`kvcompress.compress` this case was made for."""
+        return dict(kv_format=self.kv_format, overlap=bool(self.args.overlap), kv_block_size=self.kv_block_size,
+                    rotate=self.rotate, score_bias=self.score_bias,
+                    cos_sin_layout="interleaved" if self.args.cos_sin_layout else "split")
 
     def close(self):
         """Drop this case's arrays; the memory is freed once no array made from it remains."""
@@ -119,7 +151,8 @@ class GeneratedCase:
 
 
 def generate(reqs, tokens, C, block, shuffle=False, seed=1, score_shift=0, kv_block_size=64, nope_format="int8",
-             overlap=False, cos_sin_layout="split", value_shifts=(), poison=(), huge_pages=False, first_position=0):
+             overlap=False, cos_sin_layout="split", value_shifts=(), poison=(), huge_pages=False, first_position=0,
+             kv_format=None, rotate=False, state_dtype="float32", score_bias=False):
     """A kvc-rand v1 case (docs/CONTRACT.md, section 5) as numpy arrays.
 
     reqs requests of tokens / reqs tokens each (tokens must be a multiple of
@@ -130,7 +163,11 @@ def generate(reqs, tokens, C, block, shuffle=False, seed=1, score_shift=0, kv_bl
     "interleaved"; value_shifts [(lo, hi, shift)] and poison [(req, pos, col,
     "nan" | "inf" | "-inf")] as in the golden manifests; first_position:
     each request's tokens start there (decode-shaped calls: the state holds
-    only the blocks the windows read).
+    only the blocks the windows read).  SPEC 9 / 10: kv_format (nope_format's
+    alias) "indexer_fp8" / "indexer_mxfp4" makes a head-width-128 case;
+    rotate; state_dtype "bfloat16" (bf16_rne of the float32 state);
+    score_bias (case.score_bias: [C, state_width / 2] float32, else None).
+    ``case.options()`` are the matching keyword arguments of compress().
 
     Returns a :class:`GeneratedCase`: ``case.inputs()`` are the positional
     arguments of :func:`kvcompress.c128_256_512_compress`; the kv_cache is
@@ -140,16 +177,20 @@ def generate(reqs, tokens, C, block, shuffle=False, seed=1, score_shift=0, kv_bl
     return GeneratedCase(reqs, tokens, C, block, shuffle=shuffle, seed=seed, score_shift=score_shift,
                          kv_block_size=kv_block_size, nope_format=nope_format, overlap=overlap,
                          cos_sin_layout=cos_sin_layout, value_shifts=value_shifts, poison=poison,
-                         huge_pages=huge_pages, first_position=first_position)
+                         huge_pages=huge_pages, first_position=first_position, kv_format=kv_format,
+                         rotate=rotate, state_dtype=state_dtype, score_bias=score_bias)
 
 
-def slot_rows(kv_cache, num_outputs, kv_block_size=64):
-    """Golden-format rows [num_outputs, 584] (576 payload + 8 scale bytes) of slots 0..n-1."""
+def slot_rows(kv_cache, num_outputs, kv_block_size=64, kv_format="int8"):
+    """Golden-format rows [num_outputs, slot bytes] (payload, then scale bytes: 576 + 8, or 128 + 4 / 64 + 4
+    for the indexer formats) of slots 0..n-1."""
     kv = np.asarray(kv_cache)
     S = kv_block_size
-    rows = np.empty((num_outputs, 584), np.uint8)
+    sb = _lib.SLOT_BYTES[_lib.NOPE_FORMATS[kv_format]]
+    pb = {584: 576, 132: 128, 68: 64}[sb]
+    rows = np.empty((num_outputs, sb), np.uint8)
     for o in range(num_outputs):
         page, s = divmod(o, S)
-        rows[o, :576] = kv[page, s * 576:(s + 1) * 576]
-        rows[o, 576:] = kv[page, S * 576 + s * 8:S * 576 + s * 8 + 8]
+        rows[o, :pb] = kv[page, s * pb:(s + 1) * pb]
+        rows[o, pb:] = kv[page, S * pb + s * (sb - pb):S * pb + (s + 1) * (sb - pb)]
     return rows

@@ -57,6 +57,7 @@
 
 #include "kvc_canon.h"
 #include "kvc_check.h"
+#include "kvc_general.h"
 #include "kvc_backend.h"
 #include "kvc_registry.h"
 
@@ -110,6 +111,37 @@ namespace kvc_cuda_d2f {
 #undef DPT
 } // namespace kvc_cuda_d2f
 namespace ks = kvc_cuda_d2; /* the one-segment kernel's constants */
+
+/* The general kernel (kvc_general.h): head width 128, a bf16 state or a
+ * score bias.  One CTA of head_dim threads per output; EXACT numerics. */
+__global__ void __launch_bounds__(512) general_kernel(const launch_params P) {
+    __shared__ kvc_gen_scratch sc;
+    const kvc_args &a = P.a;
+    const kvc_shape sh = kvc_shape_of(&a);
+    const int d = threadIdx.x;
+    const long long o = blockIdx.x;
+    kvc_out_info inf;
+    if (ks::skip_output(P, kvc_check_output(&a, o, &inf, 0), o, inf, d == 0)) return;
+    if (d == 0) sc.bad_row = 0;
+    __syncthreads();
+    const float c = kvc_gen_reduce(&sh, a.state_cache, a.block_table + inf.r * a.block_table_stride, a.score_bias,
+                                   inf.p, d, &sc);
+    __syncthreads();
+    if (sc.bad_row) {
+        if (d == 0) {
+            ks::record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, sc.bad_g);
+            ks::count(&P.status->outputs_invalid);
+        }
+        return;
+    }
+    const ks::kv_slot at = ks::slot_at(P, inf.slot);
+    const int bad = kvc_gen_finalize(&sh, c, d, 1, a.rms_norm_weight, a.cos_sin_cache + inf.pc * a.cos_sin_stride,
+                                     a.kv_cache + at.po, a.kv_cache + at.so, &sc);
+    if (d == 0) {
+        ks::count(&P.status->outputs_written);
+        if (bad) ks::count(&P.status->outputs_nonfinite);
+    }
+}
 
 /* Every kernel this backend launches, one entry each: the reachable
  * (kernel, numerics, dims per thread, body) combinations and nothing else.
@@ -394,11 +426,13 @@ static kvc_status cuda_compress(const kvc_args *a, const kvc_exec *e, kvc_report
 static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *rep, int dev) {
     cudaError_t err;
     cudaStream_t stream = (cudaStream_t)e->stream;
-    const int fastnum = a->numerics == KVC_NUMERICS_FAST; /* every kernel here has a FAST form */
+    /* SPEC 9 / 10 settings: the general kernel (EXACT only); every other kernel has a FAST form */
+    const int general = kvc_needs_general(a);
+    const int fastnum = a->numerics == KVC_NUMERICS_FAST && !general;
     if (rep) {
         rep->outputs_written = rep->outputs_padding = rep->outputs_nonfinite = -1;
         rep->device_async = 1;
-        rep->numerics = a->numerics;
+        rep->numerics = fastnum ? KVC_NUMERICS_FAST : KVC_NUMERICS_EXACT;
     }
     launch_params P;
     memset(&P, 0, sizeof P);
@@ -419,7 +453,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     /* the slice kernels (cuda_slice.cuh): every call of 16, 32 or 64 full
      * segments (C = 128, 256, 512) without overlap, 8-byte rows (faster than
      * the chunked kernel at every such size, measured). */
-    const int slice = kvc_plan_slice(a, &P.pl, (uintptr_t)a->state_cache % 8 == 0);
+    const int slice = !general && kvc_plan_slice(a, &P.pl, (uintptr_t)a->state_cache % 8 == 0);
     if (slice) { /* C = 128: slice records; else chunk states [nout][nseg / 16][3][512] */
         P.pl.vec = 1;
         P.bs_shift = (a->block_size & (a->block_size - 1)) == 0 ? __builtin_ctzll((unsigned long long)a->block_size) : -1;
@@ -534,6 +568,13 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
                     cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(workspace)");
     if (nout == 0) return KVC_OK;
+    if (general) {
+        if (nout > 0x7FFFFFFFLL)
+            return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs = %lld exceeds the CUDA grid", nout);
+        general_kernel<<<(unsigned)nout, (unsigned)a->head_dim, 0, stream>>>(P);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
+        return KVC_OK;
+    }
     if (slice) {
         /* one CTA per (output, 16-segment chunk, 64-dim slice) */
         const int nch = (int)(nseg / 16);

@@ -12,9 +12,9 @@ from conftest import golden_cases, case_kwargs, canon_rows, call_kwargs
 def test_golden_exact(d):
     with generate(**case_kwargs(d)) as c:
         c.kv_cache[:] = 0xA7
-        out = kvcompress.c128_256_512_compress(*c.inputs(), **call_kwargs(d))
+        out = kvcompress.c128_256_512_compress(*c.inputs(), **call_kwargs(d), score_bias=c.score_bias)
         assert out is c.kv_cache
-        rows = slot_rows(c.kv_cache, len(c.boundary_token_indices), int(d["kv_block_size"]))
+        rows = slot_rows(c.kv_cache, len(c.boundary_token_indices), int(d["kv_block_size"]), d["format"])
         assert np.array_equal(rows, canon_rows(d))
 
 

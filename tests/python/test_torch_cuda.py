@@ -15,8 +15,14 @@ from conftest import golden_cases, case_kwargs, canon_rows, call_kwargs
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 
 
+def _tensor(x, device):
+    if x.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: torch takes its bits
+        return torch.from_numpy(np.array(x).view(np.uint16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(np.array(x)).to(device)
+
+
 def to_torch(case, device):
-    t = [torch.from_numpy(np.array(x)).to(device) if isinstance(x, np.ndarray) else x for x in case.inputs()]
+    t = [_tensor(x, device) if isinstance(x, np.ndarray) else x for x in case.inputs()]
     t[5] = t[5].view(torch.bfloat16)
     return t
 
@@ -27,9 +33,10 @@ def test_golden_exact(d, device):
     with generate(**case_kwargs(d)) as c:
         t = to_torch(c, device)
         t[8].fill_(0x5A)
-        out = kvcompress.c128_256_512_compress(*t, **call_kwargs(d))
+        bias = None if c.score_bias is None else _tensor(c.score_bias, device)
+        out = kvcompress.c128_256_512_compress(*t, **call_kwargs(d), score_bias=bias)
         assert out is t[8]
-        rows = slot_rows(out.cpu().numpy(), len(c.boundary_token_indices), int(d["kv_block_size"]))
+        rows = slot_rows(out.cpu().numpy(), len(c.boundary_token_indices), int(d["kv_block_size"]), d["format"])
         assert np.array_equal(rows, canon_rows(d))
 
 
