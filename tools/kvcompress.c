@@ -3,7 +3,7 @@
  *
  *   kvcompress info
  *   kvcompress bench  [--backend B] [--cases SET|CASE] [--layout L] [--repeat N]
- *                     [--threads N] [--seed S] [--json FILE] [--format int8|fp8]
+ *                     [--threads N] [--seed S] [--json FILE] [--format F]
  *                     [--overlap] [--cos-sin split|interleaved]
  *   kvcompress verify [--backend B] [--golden DIR] [--random N] [--threads N]
  *
@@ -54,14 +54,17 @@ static const char *USAGE_BENCH =
     "                 decode: B requests x 1 output at position 32767: C4 overlap\n"
     "                 FP8, B = 1..1024, and C128 FP8 S=2, B = 8..256\n"
     "                 golden: the cases of the golden manifests\n"
+    "                 engine also: the indexer (indexer_fp8, indexer_mxfp4) at 4 x\n"
+    "                 8192 / 32768 / 131072 tokens, a bf16 state at 131072\n"
     "                 CASE: reqs=8,tokens=131072,C=128,block=8,layout=shuffle\n"
-    "                       [,kv_block=S,format=fp8,overlap=1,cos_sin=interleaved,pos0=P]\n"
+    "                       [,kv_block=S,format=fp8|indexer_fp8|indexer_mxfp4,rotate=1,\n"
+    "                       bias=1,state=bf16,overlap=1,cos_sin=interleaved,pos0=P]\n"
     "  --layout contig|shuffle|both     default both\n"
     "  --repeat N       timed calls per case (default: 100 on a GPU; on the CPU at\n"
     "                   least 10 calls and 0.5 s of them)\n"
     "  --threads N      CPU threads (default all cores)\n"
     "  --seed S         kvc-rand seed (default 1)\n"
-    "  --format int8|fp8, --overlap, --cos-sin split|interleaved\n"
+    "  --format int8|fp8|indexer_fp8|indexer_mxfp4, --overlap, --cos-sin split|interleaved\n"
     "                   engine formats for the headline/quick sets\n"
     "  --numerics exact|fast   numerics mode (docs/CONTRACT.md section 8); fast is checked for\n"
     "                   conformance to the CPU bytes (docs/CONTRACT.md sections 4 and 7), exact for equality\n"
@@ -187,10 +190,12 @@ static int add_case(bench_case *list, int n, int cap, const kvc_case_params *p) 
     if (n >= cap) return n;
     list[n].p = *p;
     const kvc_case_params *q = &list[n].p;
-    snprintf(list[n].name, sizeof list[n].name, "%sr%lld_t%lld_c%lld_b%lld%s%s%s%s", q->first_position ? "dec_" : "",
-             (long long)q->num_reqs,
-             (long long)q->total_tokens, (long long)q->compress_ratio, (long long)q->block_size,
-             q->nope_format ? "_fp8" : "", q->overlap ? "_ovl" : "", q->cos_sin_layout ? "_il" : "",
+    static const char *const fmt_tag[4] = {"", "_fp8", "_ifp8", "_mxfp4"};
+    snprintf(list[n].name, sizeof list[n].name, "%sr%lld_t%lld_c%lld_b%lld%s%s%s%s%s%s%s",
+             q->first_position ? "dec_" : "", (long long)q->num_reqs, (long long)q->total_tokens,
+             (long long)q->compress_ratio, (long long)q->block_size, fmt_tag[q->nope_format & 3],
+             q->rotate ? "_rot" : "", q->state_dtype ? "_bf16" : "", q->score_bias ? "_bias" : "",
+             q->overlap ? "_ovl" : "", q->cos_sin_layout ? "_il" : "",
              q->kv_block_size && q->kv_block_size != 64 ? "_S" : "");
     if (q->kv_block_size && q->kv_block_size != 64) {
         size_t l = strlen(list[n].name);
@@ -200,7 +205,8 @@ static int add_case(bench_case *list, int n, int cap, const kvc_case_params *p) 
 }
 
 /* An engine-format case: C = 4 is a CSA layer's (overlap, block 4, 64 slots
- * a page), any other C an HCA layer's (block 8, 2 slots a page); FP8. */
+ * a page), any other C an HCA layer's (block 8, 2 slots a page); FP8 (the
+ * caller may then make it the indexer's or give it a bf16 state). */
 static void engine_case(kvc_case_params *p, long long reqs, long long tokens, long long C, long long pos0, int shuffle,
                         uint64_t seed) {
     const int c4 = C == 4;
@@ -253,6 +259,20 @@ static int build_cases(const char *set, const char *layout, uint64_t seed, const
                 engine_case(&p, tk[i][0], tk[i][1], tk[i][2], 0, layouts[l], seed + (uint64_t)i);
                 n = add_case(list, n, cap, &p);
             }
+            /* the CSA layer's indexer (head width 128, C4 overlap) at 4 x
+             * 8192, 32768 and 131072 tokens, INDEXER_FP8 and INDEXER_MXFP4;
+             * a bf16 state for C4 and C128 at 131072 tokens (SPEC 9, 10) */
+            for (int i = 0; i < 6; i++) {
+                engine_case(&p, 4, tk[i % 3][1], 4, 0, layouts[l], seed + 6 + (uint64_t)i);
+                p.head_dim = 128;
+                p.nope_format = i < 3 ? KVC_INDEXER_FP8 : KVC_INDEXER_MXFP4;
+                n = add_case(list, n, cap, &p);
+            }
+            for (int i = 2; i < 6; i += 3) {
+                engine_case(&p, tk[i][0], tk[i][1], tk[i][2], 0, layouts[l], seed + 12 + (uint64_t)i);
+                p.state_dtype = KVC_STATE_BFLOAT16;
+                n = add_case(list, n, cap, &p);
+            }
         }
         return n;
     }
@@ -297,7 +317,10 @@ static int build_cases(const char *set, const char *layout, uint64_t seed, const
         fprintf(stderr, "kvcompress: --cases %s: %s\n", set, msg);
         return -1;
     }
-    if (fmt->nope_format) p.nope_format = fmt->nope_format;
+    if (fmt->nope_format) {
+        p.nope_format = fmt->nope_format;
+        p.head_dim = fmt->head_dim;
+    }
     if (fmt->overlap) p.overlap = fmt->overlap;
     if (fmt->cos_sin_layout) p.cos_sin_layout = fmt->cos_sin_layout;
     if (!strstr(set, "seed=")) p.seed = seed;
@@ -345,9 +368,11 @@ static uint64_t available_memory(void) {
 }
 
 /* Bytes the operation must move for `outputs` windows of ratio C
- * (docs/CONTRACT.md section 6; overlap: each 2048-float row once). */
-static double moved_bytes(double outputs, double C, int overlap) {
-    return outputs * C * (overlap ? 8192.0 : 4096.0) + outputs * KVC_SLOT_BYTES;
+ * (docs/CONTRACT.md section 6): each output's C state rows of `width`
+ * elements of `elem` bytes (overlap: each 4D-wide row once), its slot, and
+ * a score bias (C x width / 2 floats) once. */
+static double moved_bytes(double outputs, double C, double width, double elem, kvc_nope_format fmt, int bias) {
+    return outputs * C * width * elem + outputs * (double)kvc_slot_bytes(fmt) + (bias ? C * width / 2 * 4 : 0);
 }
 
 /* The same from a case's parameters, before it is generated (its outputs:
@@ -355,12 +380,15 @@ static double moved_bytes(double outputs, double C, int overlap) {
 static double spec_floor_bytes(const kvc_case_params *p) {
     if (p->num_reqs < 1 || p->compress_ratio < 1) return 0;
     const long long per = p->total_tokens / p->num_reqs, C = p->compress_ratio, p0 = p->first_position;
+    const double D = p->head_dim ? (double)p->head_dim : 512.0;
     return moved_bytes((double)((p0 + per) / C - p0 / C) * (double)p->num_reqs, (double)C,
-                       p->overlap == KVC_OVERLAP_ON);
+                       D * (p->overlap == KVC_OVERLAP_ON ? 4 : 2), p->state_dtype == KVC_STATE_BFLOAT16 ? 2 : 4,
+                       p->nope_format, p->score_bias);
 }
 
 static double case_bytes(const kvc_args *a) {
-    return moved_bytes((double)a->num_outputs, (double)a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
+    return moved_bytes((double)a->num_outputs, (double)a->compress_ratio, (double)a->state_width,
+                       a->state_dtype == KVC_STATE_BFLOAT16 ? 2 : 4, a->nope_format, a->score_bias != NULL);
 }
 
 /* Samples of the CPU benchmark: repeat > 0 calls, or (repeat = 0) at least
@@ -468,7 +496,8 @@ static uint8_t *cpu_reference_rows(kvc_case *c, int threads, int order_reversed)
     size_t bytes = c->kv_cache_bytes;
     uint8_t *kv = malloc(bytes ? bytes : 1);
     int64_t *bidx = malloc(sizeof(int64_t) * (size_t)(a.num_outputs ? a.num_outputs : 1));
-    uint8_t *rows = malloc((size_t)(a.num_outputs ? a.num_outputs : 1) * KVC_SLOT_BYTES);
+    const int64_t sb = kvc_slot_bytes(a.nope_format);
+    uint8_t *rows = malloc((size_t)(a.num_outputs ? a.num_outputs : 1) * (size_t)sb);
     if (!kv || !bidx || !rows) {
         free(kv);
         free(bidx);
@@ -487,7 +516,7 @@ static uint8_t *cpu_reference_rows(kvc_case *c, int threads, int order_reversed)
     kvc_status st = kvc_compress(&a, &ex, NULL);
     if (st == KVC_OK)
         for (int64_t o = 0; o < a.num_outputs; o++)
-            kvc_kit_slot_row(&a, c->kv_slot_mapping[c->boundary_token_indices[o]], rows + o * KVC_SLOT_BYTES);
+            kvc_kit_slot_row(&a, c->kv_slot_mapping[c->boundary_token_indices[o]], rows + o * sb);
     free(kv);
     free(bidx);
     if (st != KVC_OK) {
@@ -499,13 +528,13 @@ static uint8_t *cpu_reference_rows(kvc_case *c, int threads, int order_reversed)
 
 static int compare_rows(kvc_case *c, const uint8_t *ref, char *msg, size_t len) {
     uint8_t row[KVC_SLOT_BYTES];
+    const int64_t sb = kvc_slot_bytes(c->args.nope_format);
     for (int64_t o = 0; o < c->args.num_outputs; o++) {
         kvc_kit_slot_row(&c->args, c->kv_slot_mapping[c->boundary_token_indices[o]], row);
-        if (memcmp(row, ref + o * KVC_SLOT_BYTES, KVC_SLOT_BYTES) != 0) {
+        if (memcmp(row, ref + o * sb, (size_t)sb) != 0) {
             int k = 0;
-            while (row[k] == ref[o * KVC_SLOT_BYTES + k]) k++;
-            snprintf(msg, len, "output %lld byte %d: 0x%02x, CPU 0x%02x", (long long)o, k, row[k],
-                     ref[o * KVC_SLOT_BYTES + k]);
+            while (row[k] == ref[o * sb + k]) k++;
+            snprintf(msg, len, "output %lld byte %d: 0x%02x, CPU 0x%02x", (long long)o, k, row[k], ref[o * sb + k]);
             return 1;
         }
     }
@@ -684,8 +713,9 @@ static int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--json")) o.json = v;
         else if (!strcmp(a, "--plot")) o.plot = v;
         else if (!strcmp(a, "--format")) {
-            if (strcmp(v, "int8") && strcmp(v, "fp8")) return usage_error("--format %s: expected int8 or fp8", v);
-            o.fmt.nope_format = !strcmp(v, "fp8") ? KVC_NOPE_FP8_E4M3 : KVC_NOPE_INT8;
+            if (kvc_kit_parse_format(v, &o.fmt.nope_format) != 0)
+                return usage_error("--format %s: expected int8, fp8, indexer_fp8 or indexer_mxfp4", v);
+            o.fmt.head_dim = o.fmt.nope_format >= KVC_INDEXER_FP8 ? 128 : 0;
         } else if (!strcmp(a, "--cos-sin")) {
             if (strcmp(v, "split") && strcmp(v, "interleaved"))
                 return usage_error("--cos-sin %s: expected split or interleaved", v);
@@ -841,7 +871,7 @@ static int cmd_bench(int argc, char **argv) {
                     i ? "," : "", list[i].name, list[i].p.shuffle ? "shuffle" : "contig",
                     (long long)list[i].p.num_reqs, (long long)list[i].p.total_tokens,
                     (long long)list[i].p.compress_ratio, (long long)list[i].p.block_size,
-                    list[i].p.nope_format ? "fp8" : "int8", (int)list[i].p.overlap,
+                    kvc_kit_format_name(list[i].p.nope_format), (int)list[i].p.overlap,
                     (long long)c.args.kv_block_size, (long long)c.args.num_outputs, bytes, r.median_us, r.min_us, gbs,
                     r.max_us, r.calls, bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, spread ? "true" : "false",
                     ok ? "ok" : "fail");

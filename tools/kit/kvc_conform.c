@@ -45,10 +45,10 @@ static kvc_status run_backend(const kvc_conform_opts *o, const kvc_args *a, kvc_
 
 /* Slots 0 .. num_outputs - 1 as golden rows (the golden cases write output o to slot o). */
 static uint8_t *slot_rows(const kvc_case *c) {
-    const int64_t n = c->args.num_outputs;
-    uint8_t *rows = malloc((size_t)(n > 0 ? n : 1) * KVC_SLOT_BYTES);
+    const int64_t n = c->args.num_outputs, sb = kvc_slot_bytes(c->args.nope_format);
+    uint8_t *rows = malloc((size_t)(n > 0 ? n : 1) * (size_t)sb);
     if (rows)
-        for (int64_t o = 0; o < n; o++) kvc_kit_slot_row(&c->args, o, rows + o * KVC_SLOT_BYTES);
+        for (int64_t o = 0; o < n; o++) kvc_kit_slot_row(&c->args, o, rows + o * sb);
     return rows;
 }
 
@@ -57,20 +57,21 @@ static int golden_bytes(const char *dir, const kvc_golden_case *g, const kvc_cas
     char path[4096];
     size_t n = 0;
     uint8_t *rows = slot_rows(c), *canon, *ref = NULL;
+    const size_t need = (size_t)c->args.num_outputs * (size_t)kvc_slot_bytes(c->args.nope_format);
     snprintf(path, sizeof path, "%s/%s/%s.canon.bin", dir, g->dir, g->name);
     canon = kvc_kit_read_file(path, &n);
-    int bad = !rows || !canon || n != (size_t)c->args.num_outputs * KVC_SLOT_BYTES || memcmp(rows, canon, n) != 0;
-    if (bad && canon && n != (size_t)c->args.num_outputs * KVC_SLOT_BYTES)
+    int bad = !rows || !canon || n != need || memcmp(rows, canon, n) != 0;
+    if (bad && canon && n != need)
         snprintf(msg, len, "%.400s: %zu bytes, the manifest's %lld outputs need %lld", path, n,
-                 (long long)c->args.num_outputs, (long long)c->args.num_outputs * KVC_SLOT_BYTES);
+                 (long long)c->args.num_outputs, (long long)need);
     else if (bad) snprintf(msg, len, "bytes differ from %.400s", path);
     if (!bad && g->has_ref) {
         snprintf(path, sizeof path, "%s/%s/%s.ref.bin", dir, g->dir, g->name);
         ref = kvc_kit_read_file(path, &n);
         int64_t differ;
-        if (ref && n != (size_t)c->args.num_outputs * KVC_SLOT_BYTES) {
+        if (ref && n != need) {
             snprintf(msg, len, "%.400s: %zu bytes, the manifest's %lld outputs need %lld", path, n,
-                     (long long)c->args.num_outputs, (long long)c->args.num_outputs * KVC_SLOT_BYTES);
+                     (long long)c->args.num_outputs, (long long)need);
             bad = 1;
         } else bad = !ref || kvc_kit_conforms(rows, ref, c->args.num_outputs, g->params.nope_format != KVC_NOPE_INT8, &differ,
                                        msg, len);
@@ -139,7 +140,9 @@ static void report(const kvc_conform_opts *o, kvc_conform_result *r, int bad, co
 }
 
 /* The verify set: random shapes over C, block size, slots per page, requests,
- * padding tokens, layout, format, RoPE layout and overlap. */
+ * padding tokens, layout, format, RoPE layout and overlap; a quarter of them
+ * the indexer's head width 128 (either format, rotation or not), a quarter
+ * with a score bias, a quarter with a bf16 state (SPEC 9, 10). */
 static void random_params(int i, kvc_case_params *p) {
     static const long long Cs[] = {1, 3, 8, 100, 128, 256, 512, 1000}, bss[] = {1, 7, 8, 16, 64}, Ss[] = {1, 2, 64};
     memset(p, 0, sizeof *p);
@@ -154,6 +157,14 @@ static void random_params(int i, kvc_case_params *p) {
     p->cos_sin_layout = (kvc_cos_sin_layout)((u >> 50) & 1);
     p->overlap = p->compress_ratio <= 100 && ((u >> 51) & 1) ? KVC_OVERLAP_ON : KVC_OVERLAP_OFF;
     p->seed = 5000 + (uint64_t)i;
+    const uint64_t v = kvc_rand_u64(4242, 8, (uint64_t)i);
+    if ((v & 3) == 0) {
+        p->nope_format = (v >> 2) & 1 ? KVC_INDEXER_MXFP4 : KVC_INDEXER_FP8;
+        p->head_dim = 128;
+        p->rotate = (v >> 3) & 1 ? KVC_ROTATE_HADAMARD : KVC_ROTATE_OFF;
+    }
+    p->score_bias = ((v >> 4) & 3) == 0;
+    p->state_dtype = ((v >> 6) & 3) == 0 ? KVC_STATE_BFLOAT16 : KVC_STATE_FLOAT32;
 }
 
 /* The GPU-path shapes (the OpenCL chunk plans of 1..8 chunks of 4..32
@@ -193,10 +204,11 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         kvc_case_params p;
         random_params(i, &p);
         char name[160];
-        snprintf(name, sizeof name, "C=%lld block=%lld S=%lld reqs=%lld tokens=%lld %s %s%s",
+        snprintf(name, sizeof name, "C=%lld block=%lld S=%lld reqs=%lld tokens=%lld %s %s%s%s%s%s",
                  (long long)p.compress_ratio, (long long)p.block_size, (long long)p.kv_block_size,
                  (long long)p.num_reqs, (long long)p.total_tokens, p.shuffle ? "shuffle" : "contig",
-                 p.nope_format ? "fp8" : "int8", p.overlap ? " overlap" : "");
+                 kvc_kit_format_name(p.nope_format), p.overlap ? " overlap" : "", p.rotate ? " rotate" : "",
+                 p.score_bias ? " bias" : "", p.state_dtype ? " bf16" : "");
         kvc_case c;
         memset(&c, 0, sizeof c);
         msg[0] = 0;
