@@ -81,6 +81,30 @@ static void m_phys_neg(kvc_args *a, kvc_case *c) { (void)a; c->block_table[0 * 3
 static void m_maxpos(kvc_args *a, kvc_case *c) { (void)c; a->max_pos = 150; }
 static void m_slot(kvc_args *a, kvc_case *c) { c->kv_slot_mapping[B(c, 4)] = a->num_pages * a->kv_block_size; }
 static void m_dup(kvc_args *a, kvc_case *c) { (void)a; c->kv_slot_mapping[B(c, 6)] = c->kv_slot_mapping[B(c, 1)]; }
+/* SPEC 9 / 10 settings (issue 52): bad values, undefined pairs, shapes, aliasing */
+static float g_bias[64 * 512 + 1];
+static void m_hd(kvc_args *a, kvc_case *c) { (void)c; a->head_dim = 256; }
+static void m_hd128_int8(kvc_args *a, kvc_case *c) { (void)c; a->head_dim = 128; a->state_width = 256; }
+static void m_ifp8_512(kvc_args *a, kvc_case *c) { (void)c; a->nope_format = KVC_INDEXER_FP8; }
+static void m_rot_512(kvc_args *a, kvc_case *c) { (void)c; a->rotate = KVC_ROTATE_HADAMARD; }
+static void m_rot_bad(kvc_args *a, kvc_case *c) { (void)c; a->rotate = (kvc_rotation)5; }
+static void m_dtype_bad(kvc_args *a, kvc_case *c) { (void)c; a->state_dtype = (kvc_state_dtype)3; }
+static void m_idx(kvc_args *a) { a->head_dim = 128; a->nope_format = KVC_INDEXER_MXFP4; a->page_stride = 0; }
+static void m_idx_wide(kvc_args *a, kvc_case *c) { (void)c; m_idx(a); } /* 1024-wide rows at head width 128 */
+static void m_idx_page(kvc_args *a, kvc_case *c) {
+    (void)c;
+    m_idx(a);
+    a->state_width = 256;
+    a->page_stride = 68 * 2 - 1;
+}
+static void m_bias_alias(kvc_args *a, kvc_case *c) { a->score_bias = (const float *)(const void *)(c->kv_cache + 64); }
+static void m_bias_stride(kvc_args *a, kvc_case *c) { (void)c; a->score_bias = g_bias; a->score_bias_stride = 100; }
+static void m_bias_neg(kvc_args *a, kvc_case *c) { (void)c; a->score_bias = g_bias; a->score_bias_stride = -512; }
+static void m_bias_mis(kvc_args *a, kvc_case *c) { (void)c; a->score_bias = (const float *)(const void *)((char *)g_bias + 2); }
+static void m_bf16_mis(kvc_args *a, kvc_case *c) {
+    a->state_dtype = KVC_STATE_BFLOAT16;
+    a->state_cache = (const float *)(const void *)((const char *)c->state_cache + 1);
+}
 
 int main(void) {
     memset(&g_case, 0, sizeof g_case);
@@ -115,6 +139,22 @@ int main(void) {
     expect("cos/sin row >= max_pos", m_maxpos, KVC_ERROR_INDEX_OUT_OF_RANGE, ">= max_pos = 150");
     expect("slot past last page", m_slot, KVC_ERROR_INDEX_OUT_OF_RANGE, "kv_slot_mapping[boundary_token_indices[4]] = 8 >= num_pages * kv_block_size = 8");
     expect("two outputs, one slot", m_dup, KVC_ERROR_DUPLICATE_SLOT, "is also the slot of output");
+    expect("head_dim 256", m_hd, KVC_ERROR_BAD_PARAMETER, "head_dim = 256 is not 128 or 512");
+    expect("INT8 slots at head width 128", m_hd128_int8, KVC_ERROR_BAD_PARAMETER,
+           "nope_format = KVC_NOPE_INT8 is not defined at head_dim = 128");
+    expect("INDEXER_FP8 at head width 512", m_ifp8_512, KVC_ERROR_BAD_PARAMETER,
+           "nope_format = KVC_INDEXER_FP8 is not defined at head_dim = 512");
+    expect("rotation at head width 512", m_rot_512, KVC_ERROR_BAD_PARAMETER,
+           "rotate = KVC_ROTATE_HADAMARD is not defined at head_dim = 512");
+    expect("rotate 5", m_rot_bad, KVC_ERROR_BAD_PARAMETER, "rotate = 5 is not a kvc_rotation");
+    expect("state_dtype 3", m_dtype_bad, KVC_ERROR_BAD_PARAMETER, "state_dtype = 3 is not a kvc_state_dtype");
+    expect("head width 128, 1024-wide rows", m_idx_wide, KVC_ERROR_BAD_SHAPE, "state_width = 1024 != 256 (head_dim 128");
+    expect("MXFP4 page_stride too small", m_idx_page, KVC_ERROR_BAD_SHAPE, "page_stride = 135 < 68 * kv_block_size = 136");
+    expect("score_bias inside kv_cache", m_bias_alias, KVC_ERROR_ALIASING, "kv_cache overlaps score_bias");
+    expect("score_bias rows too narrow", m_bias_stride, KVC_ERROR_BAD_SHAPE, "score_bias_stride = 100 < state_width / 2 = 512");
+    expect("score_bias stride negative", m_bias_neg, KVC_ERROR_BAD_SHAPE, "score_bias_stride = -512 < 0");
+    expect("score_bias misaligned", m_bias_mis, KVC_ERROR_BAD_SHAPE, "score_bias at ");
+    expect("bf16 state misaligned", m_bf16_mis, KVC_ERROR_BAD_SHAPE, "not aligned to its 2-byte elements");
 
     /* a padded output is skipped even when its other indices are garbage */
     {
