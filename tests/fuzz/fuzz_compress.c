@@ -2,7 +2,9 @@
  * fuzz_compress -- libFuzzer target (build with -DKVC_FUZZ=ON, clang).
  *
  * Turns the fuzz input into a small argument set -- sizes, strides, ratio,
- * block sizes, formats, every index value, state values with NaN/Inf -- with
+ * block sizes, formats, every index value, state values with NaN/Inf, and
+ * the SPEC 9 / 10 settings (head width 128 with the indexer formats and
+ * rotation, a bf16 state, a score bias of any row stride) -- with
  * buffers allocated to exactly the extents the sizes and strides declare, so
  * AddressSanitizer sees any read or write outside the given tensors. Then:
  *   - kvc_validate and kvc_compress (CPU) must agree on the status;
@@ -82,11 +84,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     a.overlap = (kvc_overlap)take(&r, 2);
     a.nope_format = (kvc_nope_format)take(&r, 2);
     a.cos_sin_layout = (kvc_cos_sin_layout)take(&r, 2);
+    /* SPEC 9 / 10 (zero bytes: head width 512, float32, no bias) */
+    const int indexer = take(&r, 4) == 1;
+    if (indexer) {
+        a.head_dim = 128;
+        a.nope_format = (kvc_nope_format)(KVC_INDEXER_FP8 + take(&r, 2));
+        a.rotate = (kvc_rotation)take(&r, 2);
+    }
+    a.state_dtype = take(&r, 4) == 1 ? KVC_STATE_BFLOAT16 : KVC_STATE_FLOAT32;
+    const int with_bias = take(&r, 4) == 1;
+    const int64_t D = indexer ? 128 : 512, eb = a.state_dtype == KVC_STATE_BFLOAT16 ? 2 : 4;
     /* zero bytes (short inputs) give valid parameters; selector 1..8 breaks one */
     a.compress_ratio = 1 + (int64_t)take(&r, 38);
     a.block_size = 1 + (int64_t)take(&r, 15);
     a.kv_block_size = 1 + (int64_t)take(&r, 7);
-    a.state_width = 1024 * (1 + a.overlap);
+    a.state_width = 2 * D * (1 + a.overlap);
     const int64_t W = a.state_width, bs = a.block_size;
     a.num_blocks = 1 + take(&r, 24);
     a.num_reqs = 1 + take(&r, 4);
@@ -99,8 +111,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     a.state_stride_block = bs * a.state_stride_token + (int64_t)take(&r, 5);
     a.block_table_stride = a.blocks_per_req + take(&r, 3);
     a.cos_sin_stride = 64 + take(&r, 4);
-    const int64_t S = a.kv_block_size;
-    a.page_stride = 584 * S + take(&r, 17);
+    const int64_t S = a.kv_block_size, SB = kvc_slot_bytes(a.nope_format), PB = SB == 584 ? 576 : SB - 4;
+    a.page_stride = SB * S + take(&r, 17);
+    a.score_bias_stride = with_bias ? a.state_width / 2 + take(&r, 3) : 0;
     switch (take(&r, 32)) {
     case 1: a.compress_ratio = -(int64_t)take(&r, 2); break;
     case 2: a.state_width = 2048 - 1024 * a.overlap; break;
@@ -118,6 +131,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 13: a.cos_sin_stride = INT64_C(1) << (59 + take(&r, 4)); break;
     case 14: a.page_stride = INT64_MAX - (int64_t)take(&r, 1000); break;
     case 15: a.block_table_stride = INT64_C(1) << (60 + take(&r, 3)); break;
+    /* SPEC 9 / 10: undefined pairs and bad values */
+    case 16: a.head_dim = take(&r, 2) ? 256 : -128; break;
+    case 17: a.rotate = take(&r, 2) ? (kvc_rotation)2 : (indexer ? KVC_ROTATE_OFF : KVC_ROTATE_HADAMARD); break;
+    case 18: a.head_dim = indexer ? 512 : 128; break;
+    case 19: a.state_dtype = (kvc_state_dtype)(2 + take(&r, 3)); break;
+    case 20: a.score_bias_stride = with_bias ? a.state_width / 2 - 1 - (int64_t)take(&r, 4) : 0; break;
+    case 21: a.score_bias_stride = INT64_C(1) << (58 + take(&r, 5)); break;
     default: break;
     }
     /* declared byte spans; past int64 means the call must be refused */
@@ -126,34 +146,47 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const __int128 e_state = a.num_blocks ? extent(a.num_blocks, a.state_stride_block, (bs - 1) * (__int128)tok + Wa) : 0;
     const __int128 e_table = extent(a.num_reqs, a.block_table_stride, a.blocks_per_req);
     const __int128 e_cs = extent(a.max_pos, a.cos_sin_stride, 64);
-    const __int128 e_kv = extent(a.num_pages, a.page_stride, 584 * S);
+    const __int128 e_kv = extent(a.num_pages, a.page_stride, SB * S);
+    const int64_t Cb = a.compress_ratio > 0 ? a.compress_ratio : 1;
+    const __int128 e_bias = with_bias ? extent(Cb, a.score_bias_stride > 0 ? a.score_bias_stride : 0, W / 2) : 0;
     /* past int64 in bytes: must be refused; past 2^36 bytes: more than this
      * harness allocates (stand-ins for the tensors kvc_validate does not
      * read; only a refusal is run through kvc_compress) */
     const __int128 big = (__int128)1 << 36, i64 = INT64_MAX;
-    const int overflow = 4 * e_state > i64 || 4 * e_table > i64 || 4 * e_cs > i64 || e_kv > i64;
-    const int huge = 4 * e_state > big || 4 * e_table > big || 4 * e_cs > big || e_kv > big;
+    const int overflow = eb * e_state > i64 || 4 * e_table > i64 || 4 * e_cs > i64 || e_kv > i64 || 4 * e_bias > i64;
+    const int huge = eb * e_state > big || 4 * e_table > big || 4 * e_cs > big || e_kv > big || 4 * e_bias > big;
     const int64_t ps = a.page_stride;
     /* a block table too big to allocate but within int64: valid, and read by
      * kvc_validate, so this harness cannot run it */
     if (4 * e_table > big && 4 * e_table <= i64) return 0;
     size_t n_state = huge ? 1 : a.num_blocks ? (size_t)e_state : 1;
-    float *state = malloc(n_state * sizeof(float));
-    for (size_t i = 0; i < n_state; i++) state[i] = (i % 97 == 0) ? take_float(&r) : (float)(i % 13) * 0.25f - 1.5f;
+    void *state = malloc(n_state * (size_t)eb); /* float32 or bf16 elements */
+    for (size_t i = 0; i < n_state; i++) {
+        const float f = (i % 97 == 0) ? take_float(&r) : (float)(i % 13) * 0.25f - 1.5f;
+        if (eb == 4) ((float *)state)[i] = f;
+        else {
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            ((uint16_t *)state)[i] = (uint16_t)(u >> 16);
+        }
+    }
+    size_t n_bias = !with_bias ? 0 : huge ? 1 : (size_t)e_bias;
+    float *bias = with_bias ? malloc((n_bias ? n_bias : 1) * 4) : NULL;
+    for (size_t i = 0; i < n_bias; i++) bias[i] = (i % 31 == 0) ? take_float(&r) : (float)(i % 7) - 3.0f;
     int32_t *t2r = malloc((size_t)a.num_tokens * 4);
     int64_t *pos = malloc((size_t)a.num_tokens * 8), *slots = malloc((size_t)a.num_tokens * 8);
     int64_t *bidx = malloc((size_t)(a.num_outputs ? a.num_outputs : 1) * 8);
     /* kvc_validate reads the block table: a real one unless its own span is too big */
     size_t n_table = 4 * e_table > big ? 1 : (size_t)e_table;
     int32_t *table = malloc((n_table ? n_table : 1) * 4);
-    uint16_t *w = malloc(512 * 2);
+    uint16_t *w = malloc((size_t)D * 2);
     size_t n_cs = huge ? 1 : a.max_pos ? (size_t)e_cs : 1;
     float *cs = malloc(n_cs * 4);
     size_t n_kv = huge ? 1 : (size_t)e_kv;
     /* 1 in 8: kv_cache and one input share an arena, the input at some 8-byte
      * offset inside kv_cache's pages (or just past them) */
     const int alias = !huge && n_kv > 0 && take(&r, 8) == 0;
-    const int victim = (int)take(&r, 8); /* which input: kvc_args order */
+    const int victim = (int)take(&r, with_bias ? 9 : 8); /* which input: kvc_args order */
     size_t victim_bytes = 0, alias_off = 0;
     uint8_t *arena = NULL;
     uint8_t *kv = malloc(n_kv ? n_kv : 1), *before = NULL;
@@ -171,14 +204,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     for (int64_t o = 0; o < a.num_outputs; o++) bidx[o] = take_idx(&r, a.num_tokens);
     for (size_t i = 0; i < n_table; i++) table[i] = take_idx32(&r, a.num_blocks);
-    for (int d = 0; d < 512; d++) w[d] = (uint16_t)(0x3F80 + take(&r, 64) - 32);
+    for (int d = 0; d < D; d++) w[d] = (uint16_t)(0x3F80 + take(&r, 64) - 32);
     for (size_t i = 0; i < n_cs; i++) cs[i] = take_float(&r);
     for (size_t i = 0; i < n_kv; i++) kv[i] = (uint8_t)(i * 131 + 7);
-    void *inputs[8] = {state, t2r, pos, slots, bidx, table, w, cs};
+    void *inputs[9] = {state, t2r, pos, slots, bidx, table, w, cs, bias};
     /* the declared spans (a stand-in of 1 element for an empty tensor declares 0 bytes) */
-    const size_t in_bytes[8] = {a.num_blocks ? n_state * 4 : 0, (size_t)a.num_tokens * 4, (size_t)a.num_tokens * 8,
-                                (size_t)a.num_tokens * 8, (size_t)a.num_outputs * 8, n_table * 4, 1024,
-                                a.max_pos ? n_cs * 4 : 0};
+    const size_t in_bytes[9] = {a.num_blocks ? n_state * (size_t)eb : 0, (size_t)a.num_tokens * 4,
+                                (size_t)a.num_tokens * 8, (size_t)a.num_tokens * 8, (size_t)a.num_outputs * 8,
+                                n_table * 4, (size_t)D * 2, a.max_pos ? n_cs * 4 : 0, n_bias * 4};
     if (alias) { /* the arena: kv_cache first, the victim input copied in at alias_off */
         victim_bytes = in_bytes[victim];
         alias_off = 8 * (size_t)take(&r, (uint32_t)(n_kv / 8 + 2));
@@ -202,10 +235,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     table = inputs[5];
     w = inputs[6];
     cs = inputs[7];
-    /* does the victim meet a byte of a slot (each page's first 584 S bytes)? */
+    bias = inputs[8];
+    /* does the victim meet a byte of a slot (each page's first SB S bytes)? */
     int meets = 0;
     for (int64_t pg = 0; alias && a.num_outputs > 0 && victim_bytes > 0 && pg < a.num_pages; pg++)
-        meets |= alias_off < (size_t)(pg * ps + 584 * S) && (size_t)(pg * ps) < alias_off + victim_bytes;
+        meets |= alias_off < (size_t)(pg * ps + SB * S) && (size_t)(pg * ps) < alias_off + victim_bytes;
     a.state_cache = state;
     a.token_to_req = t2r;
     a.positions = pos;
@@ -214,6 +248,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     a.block_table = table;
     a.rms_norm_weight = w;
     a.cos_sin_cache = cs;
+    a.score_bias = bias;
     a.kv_cache = kv;
 
     kvc_exec ex;
@@ -259,20 +294,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (size_t i = 0; i < n_kv; i++) {
             if (before[i] == kv[i]) continue;
             int64_t page = (int64_t)i / a.page_stride, in = (int64_t)i % a.page_stride, s = -1;
-            if (in < S * 576) s = in / 576;
-            else if (in < S * 584) s = (in - S * 576) / 8;
+            if (in < S * PB) s = in / PB;
+            else if (in < S * SB) s = (in - S * PB) / (SB - PB);
             int ok = 0;
             for (int64_t o = 0; s >= 0 && o < a.num_outputs && !ok; o++)
                 ok = slots[bidx[o]] == page * S + s;
             if (!ok) fail("a byte outside the written slots changed");
         }
-        for (int64_t o = 0; o < a.num_outputs; o++) {
+        for (int64_t o = 0; SB == 584 && o < a.num_outputs; o++) {
             int64_t sl = slots[bidx[o]];
             if (sl >= 0 && kv[(sl / S) * a.page_stride + S * 576 + (sl % S) * 8 + 7] != 0) fail("pad byte not 0");
         }
     }
 done:
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 9; i++)
         if (!alias || i != victim) free(inputs[i]);
     free(kv);
     free(before);
