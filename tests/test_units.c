@@ -227,6 +227,47 @@ static void test_row_lookup(void) {
              "score half offsets");
 }
 
+/* kvc_e2m1_code against SPEC 9's rule written plainly: the nearest of the
+ * eight magnitudes, a tie to the even code, saturating; sign bit 3 kept.
+ * Every float of magnitude below 8 at a stride of 2^7 ulps, the tie points
+ * and their neighbours, and both signs. */
+static int e2m1_ref(float v) {
+    static const double mags[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
+    const double m = fabs((double)v);
+    int best = 7;
+    if (m < 6) {
+        best = 0;
+        for (int k = 1; k < 8; k++) {
+            const double dk = fabs(m - mags[k]), db = fabs(m - mags[best]);
+            if (dk < db || (dk == db && k % 2 == 0)) best = k;
+        }
+    }
+    return (signbit(v) ? 8 : 0) | best;
+}
+static void test_e2m1(void) {
+    int64_t bad = 0, n = 0;
+    for (uint32_t u = 0; u < 0x41000000u; u += 128) { /* |v| < 8 */
+        for (int sgn = 0; sgn < 2; sgn++) {
+            const uint32_t w = u | (sgn ? 0x80000000u : 0);
+            float v;
+            memcpy(&v, &w, 4);
+            bad += kvc_e2m1_code(v) != e2m1_ref(v);
+            n++;
+        }
+    }
+    static const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 7.0f, 1e30f, 0.0f};
+    for (size_t i = 0; i < sizeof ties / sizeof ties[0]; i++)
+        for (int k = -1; k <= 1; k++)
+            for (int sgn = 0; sgn < 2; sgn++) {
+                float v = k < 0 ? nextafterf(ties[i], 0.0f) : k > 0 ? nextafterf(ties[i], INFINITY) : ties[i];
+                v = sgn ? -v : v;
+                bad += kvc_e2m1_code(v) != e2m1_ref(v);
+                n++;
+            }
+    TU_CHECK(bad == 0, "kvc_e2m1_code: %lld of %lld values differ from the nearest-even rule", (long long)bad,
+             (long long)n);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     /* SPEC 5 check values */
@@ -266,6 +307,7 @@ int main(int argc, char **argv) {
     test_plan();
     test_avx2_offsets();
     test_row_lookup();
+    test_e2m1();
 
     /* the CPU backend's AVX-512F exp equals kvc_exp bit for bit: every
      * stride-th of the 2^31 non-positive floats (-Inf and the negative NaNs

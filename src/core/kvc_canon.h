@@ -438,32 +438,28 @@ KVC_FN int kvc_finalize_slot(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH flo
 #define KVC_FMT_MXFP4 3 /* INDEXER_MXFP4 */
 
 /** The e2m1 code (sign bit 3) of v: the magnitude to the nearest of 0, 0.5,
- * 1, 1.5, 2, 3, 4, 6, a tie to the even code, saturating at 6. */
+ * 1, 1.5, 2, 3, 4, 6, a tie to the even code (0.25 -> 0, 0.75 -> 1.0, 1.25
+ * -> 1.0, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), saturating at 6: the
+ * number of decision points the magnitude passes, without branches (SIMD
+ * and GPU lanes take one path). */
 KVC_FN kvc_u8 kvc_e2m1_code(float v) {
     const kvc_u32 u = KVC_BITS(v);
-    const kvc_u8 sign = (kvc_u8)((u >> 28) & 8u);
     const float m = KVC_FLOAT(u & 0x7FFFFFFFu);
-    kvc_u8 code;
-    if (m <= 0.25f) code = 0;
-    else if (m < 0.75f) code = 1;
-    else if (m <= 1.25f) code = 2;
-    else if (m < 1.75f) code = 3;
-    else if (m <= 2.5f) code = 4;
-    else if (m < 3.5f) code = 5;
-    else if (m <= 5.0f) code = 6;
-    else code = 7;
-    return (kvc_u8)(sign | code);
+    const int code = (m > 0.25f) + (m >= 0.75f) + (m > 1.25f) + (m >= 1.75f) + (m > 2.5f) + (m >= 3.5f) + (m > 5.0f);
+    return (kvc_u8)(((u >> 28) & 8u) | (kvc_u32)code);
 }
 
 /** x <- H x / sqrt(128): the Sylvester-ordered Walsh-Hadamard butterflies
- * (h = 1, 2, ..., 64, i ascending), then every value times 1/sqrt(128). */
+ * (h = 1, 2, ..., 64; the pairs (i, i + h) with bit h of i clear, which
+ * are independent within a stage, walked block by block), then every value
+ * times 1/sqrt(128). */
 KVC_FN void kvc_hadamard128(KVC_FIN_SCRATCH float *x) {
     for (int h = 1; h < 128; h <<= 1)
-        for (int i = 0; i < 128; i++)
-            if ((i & h) == 0) {
-                const float a = x[i], b = x[i + h];
-                x[i] = KVC_ADD(a, b);
-                x[i + h] = KVC_SUB(a, b);
+        for (int b = 0; b < 128; b += 2 * h)
+            for (int i = b; i < b + h; i++) {
+                const float a = x[i], c = x[i + h];
+                x[i] = KVC_ADD(a, c);
+                x[i + h] = KVC_SUB(a, c);
             }
     for (int i = 0; i < 128; i++) x[i] = KVC_MUL(x[i], KVC_INV_SQRT128);
 }
