@@ -140,7 +140,7 @@ __attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(int nd, const 
         const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         sp.hm = _mm256_cmpgt_epi32(_mm256_set1_epi32(h), lane);
         sp.tm = _mm256_xor_si256(sp.hm, _mm256_set1_epi32(-1));
-        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0, nd};
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0, nd, 4};
         seg_step8(sr, vr, -1, &sp, &pf, out, left, k);
     }
     /* the aligned vectors [h, end); per 16 dims the first issues the
@@ -148,7 +148,7 @@ __attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(int nd, const 
      * those measured no better) */
     const int end = h ? nd - 8 + h : nd;
     for (int b = h; b + 8 <= end; b += 16) {
-        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b, nd};
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b, nd, 4};
         seg_step8(sr, vr, b, &sp, &pf, out, left, k);
         if (b + 16 <= end) seg_step8(sr, vr, b + 8, &sp, NULL, out, left, k);
     }

@@ -53,8 +53,11 @@ typedef struct {
     const kvc_args *a;
     kvc_shape sh;              /* a's scalars, for kvc_row_lookup          */
     int nd;                    /* head width: 512 or 128                   */
-    int staged;                /* rows go through a thread's staging rows
-                                  (bf16 state or a score bias, SPEC 10)   */
+    int staged;                /* bf16 state or a score bias (SPEC 10):   */
+    int direct;                /* full segments read directly by the
+                                  AVX-512F loop; the others (and every
+                                  segment without AVX-512F) through a
+                                  thread's staging rows                  */
     const kvc_out_info *infos; /* [num_outputs], from kvc_check_indices */
     atomic_llong next;
     atomic_llong written, nonfinite;
@@ -81,6 +84,7 @@ static long long take(cpu_job *job, take_state *ts) {
 
 static float g_masked_v[D];      /* a masked overlap row: value 0 ... */
 static float g_masked_s[D];      /* ... score -Inf                     */
+static uint16_t g_masked_s16[D]; /* the same in bf16 (values: g_masked_v, 0 either way); a masked row's score_bias: g_masked_v */
 static pthread_once_t g_masked_once = PTHREAD_ONCE_INIT;
 #if KVC_CPU_AVX512
 static int g_avx512; /* seg_reduce8_avx512 runs here */
@@ -96,6 +100,7 @@ static const int g_force = KVC_CPU_ISA_AUTO;
 #endif
 static void init_masked(void) {
     for (int d = 0; d < D; d++) g_masked_s[d] = -INFINITY;
+    for (int d = 0; d < D; d++) g_masked_s16[d] = 0xFF80u; /* bf16 -Inf */
 #if KVC_CPU_AVX512
     g_avx512 = __builtin_cpu_supports("avx512f");
 #endif
@@ -138,7 +143,7 @@ __attribute__((noinline)) static void seg_reduce8(int nd, const float *const *re
     const float *restrict val0 = vr[0], *restrict val1 = vr[1], *restrict val2 = vr[2], *restrict val3 = vr[3];
     const float *restrict val4 = vr[4], *restrict val5 = vr[5], *restrict val6 = vr[6], *restrict val7 = vr[7];
     for (int b = 0; b < nd; b += 16) {
-        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b, nd};
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b, nd, 4};
         block_prefetch(&pf);
         for (int d = b; d < b + 16; d++) {
             float m = s0[d];
@@ -269,15 +274,27 @@ __attribute__((target("avx512f"), always_inline)) static inline void store_split
  * lines: dims [h, h + 496) as 31 line-aligned vectors, and dims [0, h) with
  * [496 + h, 512) as one vector of two masked loads, so that no load spans
  * two lines. */
-__attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
+/* 16 elements of a row from element b: binary32, or bf16 bits widened
+ * (SPEC 10: exact). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 load16(const float *row, int b, int bf16) {
+    if (!bf16) return _mm512_loadu_ps(row + b);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)(const void *)row + b));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* The body of the AVX-512F segment loops: bf16 (a constant where it is
+ * inlined): rows of bf16 bits; br: each score row's score_bias row (SPEC 10;
+ * zeros for a masked row), or NULL.  Such rows are read unaligned (h = 0). */
+__attribute__((target("avx512f"), always_inline)) static inline void seg_reduce8_avx512_body(
     int nd, const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
-    const float *const *pfv, seg_state *st, seg_state *const *left, int k) {
+    const float *const *pfv, seg_state *st, seg_state *const *left, int k, const int bf16,
+    const float *const *br) {
     seg_state *out = k ? left[k - 1] : st;
     __m512 sv[KVC_SEG], vv[KVC_SEG], m, den, num;
-    const int h = kvc_cpu_rows_head(sr, vr, 64);
+    const int h = bf16 || br ? 0 : kvc_cpu_rows_head(sr, vr, 64);
     if (h) {
         const __mmask16 hm = (__mmask16)((1u << h) - 1), tm = (__mmask16)~hm;
-        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0, nd};
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0, nd, 4};
         block_prefetch(&pf);
         if (pfs)
             for (int i = 0; i < KVC_SEG; i++) {
@@ -297,10 +314,11 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
         store_split(nd, out->num, hm, tm, num);
     }
     for (int b = h; b + 16 <= nd; b += 16) {
-        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b, nd};
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b, nd, bf16 ? 2 : 4};
         for (int i = 0; i < KVC_SEG; i++) {
-            sv[i] = _mm512_loadu_ps(sr[i] + b);
-            vv[i] = _mm512_loadu_ps(vr[i] + b);
+            sv[i] = load16(sr[i], b, bf16);
+            if (br) sv[i] = _mm512_add_ps(sv[i], _mm512_loadu_ps(br[i] + b));
+            vv[i] = load16(vr[i], b, bf16);
         }
         seg16(sv, vv, &pf, &m, &den, &num);
         for (int j = 0; j < k; j++)
@@ -310,6 +328,21 @@ __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
         _mm512_storeu_ps(out->den + b, den);
         _mm512_storeu_ps(out->num + b, num);
     }
+}
+
+/* The float rows of the statement, and the rows of SPEC 10 read directly
+ * (no staging: with AVX-512F a full segment's bf16 rows and biased scores
+ * cost a conversion and an add per vector). */
+__attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
+    int nd, const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
+    const float *const *pfv, seg_state *st, seg_state *const *left, int k) {
+    seg_reduce8_avx512_body(nd, sr, vr, pfs, pfv, st, left, k, 0, NULL);
+}
+__attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512_conv(
+    int nd, const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
+    const float *const *pfv, seg_state *st, seg_state *const *left, int k, int bf16, const float *const *br) {
+    if (bf16) seg_reduce8_avx512_body(nd, sr, vr, pfs, pfv, st, left, k, 1, br);
+    else seg_reduce8_avx512_body(nd, sr, vr, pfs, pfv, st, left, k, 0, br);
 }
 
 __attribute__((target("avx512f"))) void kvc_cpu_exp16_batch(const float *x, float *y) {
@@ -332,11 +365,13 @@ static void state_merge(int nd, seg_state *restrict A, const seg_state *restrict
  * vectorisation of the portable loop did not survive them inside). */
 KVC_CLONES
 static void seg_reduce(int nd, const float *const *vrow, const float *const *srow, int n, const float *const *pfs,
-                       const float *const *pfv, seg_state *st, seg_state *const *left, int k) {
+                       const float *const *pfv, int bf16, const float *const *br, seg_state *st,
+                       seg_state *const *left, int k) {
     if (n == KVC_SEG) {
 #if KVC_CPU_AVX512
         if (g_avx512 && g_force == KVC_CPU_ISA_AUTO) {
-            seg_reduce8_avx512(nd, srow, vrow, pfs, pfv, st, left, k);
+            if (bf16 || br) seg_reduce8_avx512_conv(nd, srow, vrow, pfs, pfv, st, left, k, bf16, br);
+            else seg_reduce8_avx512(nd, srow, vrow, pfs, pfv, st, left, k);
             return;
         }
 #endif
@@ -385,16 +420,23 @@ static void stage_row(const cpu_job *job, int64_t off, int64_t pos, int so, floa
     }
 }
 
-/* Value and score pointers of the rows of output inf's segment sg (the
- * indices were checked by kvc_check_indices: no row is KVC_ROW_BAD), into
- * the state or, for a staged job, into the staging rows `stage` ([8][2][512]
- * floats); @return its row count. */
+/* The rows of output inf's segment sg (the indices were checked by
+ * kvc_check_indices: no row is KVC_ROW_BAD): value and score pointers into
+ * the state, and for a direct job's full segment (*raw = 1) as stored
+ * (bf16 bits where the state is bf16) with each score row's score_bias row
+ * in br (a job with a bias); a staged segment (*raw = 0) is copied to the
+ * staging rows `stage` ([8][2][512] floats) as binary32 with its bias
+ * added.  @return its row count. */
 static int segment_rows(const cpu_job *job, const kvc_out_info *inf, int64_t rows, int64_t sg, const float **v,
-                        const float **s, float *stage) {
+                        const float **s, const float **br, int *raw, float *stage) {
     const kvc_args *a = job->a;
     const int32_t *table_row = a->block_table + inf->r * a->block_table_stride;
     const int n = (int)((rows - sg * KVC_SEG) < KVC_SEG ? rows - sg * KVC_SEG : KVC_SEG);
     const int64_t sdelta = kvc_score_delta(a->overlap == KVC_OVERLAP_ON, job->nd);
+    const int stage_it = job->staged && !(job->direct && n == KVC_SEG);
+    const int bf16 = a->state_dtype == KVC_STATE_BFLOAT16 && !stage_it;
+    const uint16_t *h = (const uint16_t *)(const void *)a->state_cache;
+    *raw = job->staged && !stage_it;
     for (int i = 0; i < n; i++) {
         kvc_i64 blk;
         const int64_t off = kvc_row_lookup(&job->sh, table_row, inf->p, sg * KVC_SEG + i, &blk);
@@ -402,14 +444,25 @@ static int segment_rows(const cpu_job *job, const kvc_out_info *inf, int64_t row
             int vo, so;
             const int64_t pos = kvc_window_row(inf->p, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, job->nd,
                                                sg * KVC_SEG + i, &vo, &so);
-            float *sv = stage + (size_t)i * 2 * D;
-            stage_row(job, off, pos, so, sv, sv + D);
-            v[i] = sv;
-            s[i] = sv + D;
-            continue;
+            if (stage_it) {
+                float *sv = stage + (size_t)i * 2 * D;
+                stage_row(job, off, pos, so, sv, sv + D);
+                v[i] = sv;
+                s[i] = sv + D;
+                continue;
+            }
+            if (a->score_bias)
+                br[i] = a->score_bias + (pos % a->compress_ratio) * a->score_bias_stride + (so - sdelta);
+        } else if (*raw) {
+            br[i] = g_masked_v; /* a masked row's score stays -Inf: its bias is 0 */
         }
-        v[i] = off < 0 ? g_masked_v : a->state_cache + off;
-        s[i] = off < 0 ? g_masked_s : a->state_cache + off + sdelta;
+        if (bf16) {
+            v[i] = (const float *)(const void *)(off < 0 ? (const uint16_t *)(const void *)g_masked_v : h + off);
+            s[i] = (const float *)(const void *)(off < 0 ? g_masked_s16 : h + off + sdelta);
+        } else {
+            v[i] = off < 0 ? g_masked_v : a->state_cache + off;
+            s[i] = off < 0 ? g_masked_s : a->state_cache + off + sdelta;
+        }
     }
     return n;
 }
@@ -428,11 +481,11 @@ static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf,
     const int64_t nseg = kvc_num_segments(rows);
     int top = -1;
     seg_state *left[64]; /* the states a segment merges into (64 > levels) */
-    const float *rv[2][KVC_SEG], *rs[2][KVC_SEG]; /* this segment's rows and the next one's */
-    int rn[2];
+    const float *rv[2][KVC_SEG], *rs[2][KVC_SEG], *rb[2][KVC_SEG]; /* this segment's rows and the next one's */
+    int rn[2], raw[2];
     /* staging rows: [2][8][2][512] floats, this segment's and the next one's */
     float *const stg[2] = {stage, stage ? stage + KVC_SEG * 2 * D : NULL};
-    rn[0] = segment_rows(job, inf, rows, 0, rv[0], rs[0], stg[0]);
+    rn[0] = segment_rows(job, inf, rows, 0, rv[0], rs[0], rb[0], &raw[0], stg[0]);
     for (int64_t sg = 0; sg < nseg; sg++) {
         const int cur = (int)(sg & 1), nxt = cur ^ 1;
         const float *const *pfs = NULL, *const *pfv = NULL;
@@ -441,16 +494,16 @@ static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf,
              * reduced (seg_reduce8): shuffled tables jump to a cold block
              * that the hardware prefetcher cannot see, and even contiguous
              * rows (each row half its own 2 KiB stream) ran faster with it. */
-            rn[nxt] = segment_rows(job, inf, rows, sg + 1, rv[nxt], rs[nxt], stg[nxt]);
-            if (rn[nxt] == KVC_SEG && !job->staged) {
+            rn[nxt] = segment_rows(job, inf, rows, sg + 1, rv[nxt], rs[nxt], rb[nxt], &raw[nxt], stg[nxt]);
+            if (rn[nxt] == KVC_SEG && (!job->staged || raw[nxt])) {
                 pfs = rs[nxt];
                 pfv = rv[nxt];
             }
         } else {
             *taken = take(job, ts);
             const kvc_out_info *next = *taken < a->num_outputs ? &job->infos[*taken] : NULL;
-            if (next && next->slot >= 0 && !job->staged &&
-                segment_rows(job, next, rows, 0, rv[nxt], rs[nxt], NULL) == KVC_SEG) {
+            if (next && next->slot >= 0 && (!job->staged || job->direct) && rows >= KVC_SEG &&
+                segment_rows(job, next, rows, 0, rv[nxt], rs[nxt], rb[nxt], &raw[nxt], NULL) == KVC_SEG) {
                 pfs = rs[nxt];
                 pfv = rv[nxt];
             }
@@ -463,7 +516,8 @@ static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf,
             k++;
             size *= 2;
         }
-        seg_reduce(nd, rv[cur], rs[cur], rn[cur], pfs, pfv, &stack[top + 1], left, k);
+        seg_reduce(nd, rv[cur], rs[cur], rn[cur], pfs, pfv, raw[cur] && a->state_dtype == KVC_STATE_BFLOAT16,
+                   raw[cur] && a->score_bias ? rb[cur] : NULL, &stack[top + 1], left, k);
         top += 1 - k;
         sizes[top] = size;
     }
@@ -551,6 +605,11 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     job.infos = infos;
     job.nd = (int)a->head_dim;
     job.staged = a->state_dtype == KVC_STATE_BFLOAT16 || a->score_bias != NULL;
+#if KVC_CPU_AVX512
+    job.direct = job.staged && g_avx512 && g_force == KVC_CPU_ISA_AUTO;
+#else
+    job.direct = 0;
+#endif
     atomic_init(&job.next, 0);
     atomic_init(&job.written, 0);
     atomic_init(&job.nonfinite, 0);

@@ -41,21 +41,24 @@ typedef struct {
 /* The segment loop's prefetches for the block of 16 dims from b, row by
  * row: row i's lines 64 dims ahead into L1 (sr, vr), and this block's line
  * of the next segment's row i into L2 (pfs, pfv; NULL: none); nd: the
- * rows' dims. */
+ * rows' dims; es: their elements' bytes (4; 2 for bf16 rows). */
 typedef struct {
     const float *const *sr, *const *vr, *const *pfs, *const *pfv;
-    int b, nd;
+    int b, nd, es;
 } kvc_cpu_block_pf;
+static inline __attribute__((always_inline)) const char *kvc_cpu_pf_at(const float *row, int d, int es) {
+    return (const char *)row + (size_t)d * (size_t)es;
+}
 static inline __attribute__((always_inline)) void kvc_cpu_l1_prefetch(const kvc_cpu_block_pf *p, int i) {
     if (p->b + 64 < p->nd) {
-        __builtin_prefetch(p->sr[i] + p->b + 64, 0, 3);
-        __builtin_prefetch(p->vr[i] + p->b + 64, 0, 3);
+        __builtin_prefetch(kvc_cpu_pf_at(p->sr[i], p->b + 64, p->es), 0, 3);
+        __builtin_prefetch(kvc_cpu_pf_at(p->vr[i], p->b + 64, p->es), 0, 3);
     }
 }
 static inline __attribute__((always_inline)) void kvc_cpu_l2_prefetch(const kvc_cpu_block_pf *p, int i) {
     if (p->pfs) {
-        __builtin_prefetch(p->pfs[i] + p->b, 0, 2);
-        __builtin_prefetch(p->pfv[i] + p->b, 0, 2);
+        __builtin_prefetch(kvc_cpu_pf_at(p->pfs[i], p->b, p->es), 0, 2);
+        __builtin_prefetch(kvc_cpu_pf_at(p->pfv[i], p->b, p->es), 0, 2);
     }
 }
 
