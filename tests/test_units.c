@@ -328,10 +328,14 @@ int main(int argc, char **argv) {
     /* the CPU backend's AVX-512F finaliser equals kvc_finalize_slot byte
      * for byte */
     {
-        const int64_t bad = kvc_cpu_finalize_mismatches(20000, 42);
+        const int64_t bad = kvc_cpu_finalize_mismatches(20000, 42, 512);
         if (bad < 0) printf("skip AVX-512F finaliser: no AVX-512F here\n");
         else TU_CHECK(bad == 0, "AVX-512F finaliser: %lld of 20000 random slots differ from kvc_finalize_slot",
                       (long long)bad);
+        const int64_t bad128 = kvc_cpu_finalize_mismatches(40000, 43, 128);
+        if (bad128 >= 0)
+            TU_CHECK(bad128 == 0, "AVX-512F indexer finaliser: %lld of 40000 random slots differ from "
+                     "kvc_finalize_indexer", (long long)bad128);
     }
 
     /* the golden cases through the CPU backend's portable segment loop and

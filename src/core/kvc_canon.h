@@ -465,6 +465,27 @@ KVC_FN void kvc_hadamard128(KVC_FIN_SCRATCH float *x) {
 }
 
 /**
+ * max |x_d| over the n (a multiple of 16) values of a slot that is not
+ * non-finite: 16 running maxima, then a tree of them.  For finite values
+ * the order of a max does not matter (only the sign of a zero result can,
+ * and every caller floors the result at a positive constant), so this
+ * equals the serial kvc_max of the contract, in a form compilers vectorise
+ * (the serial chain is one dependent max per value).
+ */
+KVC_FN float kvc_amax(const KVC_FIN_SCRATCH float *x, int n) {
+    float l[16];
+    for (int j = 0; j < 16; j++) l[j] = 0.0f;
+    for (int d = 0; d < n; d += 16)
+        for (int j = 0; j < 16; j++) {
+            const float a = x[d + j] < 0.0f ? -x[d + j] : x[d + j];
+            l[j] = l[j] > a ? l[j] : a;
+        }
+    for (int w = 8; w >= 1; w >>= 1)
+        for (int j = 0; j < w; j++) l[j] = l[j] > l[j + w] ? l[j] : l[j + w];
+    return l[0];
+}
+
+/**
  * The slot of one output of head width 128 from its window sums c[128]:
  * RMSNorm over 128 (w: 128 bf16 weights), RoPE on dims 64..127, the
  * optional rotation, bf16, then INDEXER_FP8 (KVC_FMT_IFP8: 128 e4m3 values at
@@ -503,8 +524,7 @@ KVC_FN int kvc_finalize_indexer(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH 
             scale[0] = 0x00, scale[1] = 0x00, scale[2] = 0xC0, scale[3] = 0x7F; /* quiet NaN */
             return 1;
         }
-        float amax = 0.0f;
-        for (int d = 0; d < 128; d++) amax = kvc_max(amax, x[d] < 0.0f ? -x[d] : x[d]);
+        const float amax = kvc_amax(x, 128);
         const int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_AMAX_FLOOR), KVC_FP8_MAX));
         const float inv = kvc_pow2(-e);
         for (int d = 0; d < 128; d++) {
@@ -523,8 +543,7 @@ KVC_FN int kvc_finalize_indexer(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH 
         return 1;
     }
     for (int b = 0; b < 4; b++) {
-        float amax = 0.0f;
-        for (int d = 32 * b; d < 32 * b + 32; d++) amax = kvc_max(amax, x[d] < 0.0f ? -x[d] : x[d]);
+        const float amax = kvc_amax(x + 32 * b, 32);
         int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_MX_AMAX_FLOOR), 6.0f));
         e = e < -127 ? -127 : e > 127 ? 127 : e;
         const float inv = kvc_pow2(-e);

@@ -529,10 +529,18 @@ static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf,
     int64_t payload, scales;
     kvc_slot_offsets(a, inf->slot, &payload, &scales);
     const float *cs = a->cos_sin_cache + inf->pc * a->cos_sin_stride;
-    if (nd == 128)
+    if (nd == 128) {
+#if KVC_CPU_AVX512
+        if (g_avx512 && g_force == KVC_CPU_ISA_AUTO)
+            return kvc_cpu_finalize_indexer_avx512(c, y, a->rms_norm_weight, cs,
+                                                   a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED, a->rms_norm_eps,
+                                                   a->rotate == KVC_ROTATE_HADAMARD, (int)a->nope_format,
+                                                   a->kv_cache + payload, a->kv_cache + scales);
+#endif
         return kvc_finalize_indexer(c, y, a->rms_norm_weight, cs, a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED,
                                     a->rms_norm_eps, a->rotate == KVC_ROTATE_HADAMARD, (int)a->nope_format,
                                     a->kv_cache + payload, a->kv_cache + scales);
+    }
 #if KVC_CPU_AVX512
     if (g_avx512 && g_force == KVC_CPU_ISA_AUTO)
         return kvc_cpu_finalize_avx512(c, y, a->rms_norm_weight, cs, a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED,

@@ -149,4 +149,143 @@ AVX512 int kvc_cpu_finalize_avx512(const float *c, float *y, const uint16_t *w, 
 }
 
 
+/* kvc_e2m1_code of each lane (as kvc_canon.h: the decision points passed, sign bit 3), in its low bits */
+AVX512_INLINE __m512i e2m1_code16(__m512 v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512 m = _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)));
+    static const float gt[4] = {0.25f, 1.25f, 2.5f, 5.0f}, ge[3] = {0.75f, 1.75f, 3.5f};
+    __m512i code = _mm512_and_si512(_mm512_srli_epi32(u, 28), _mm512_set1_epi32(8));
+    const __m512i one = _mm512_set1_epi32(1);
+    for (int k = 0; k < 4; k++)
+        code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(gt[k]), _CMP_GT_OQ), code, one);
+    for (int k = 0; k < 3; k++)
+        code = _mm512_mask_add_epi32(code, _mm512_cmp_ps_mask(m, _mm512_set1_ps(ge[k]), _CMP_GE_OQ), code, one);
+    return code;
+}
+
+/* max |z| of n vectors (kvc_amax: order-free for the finite values it is used on) */
+AVX512_INLINE float amax16(const __m512 *z, int n) {
+    __m512 a = _mm512_setzero_ps();
+    for (int k = 0; k < n; k++) a = _mm512_max_ps(a, _mm512_abs_ps(z[k]));
+    return _mm512_reduce_max_ps(a);
+}
+
+/*
+ * kvc_finalize_indexer in AVX-512F: head width 128 in eight vectors.  The
+ * RMS tree as kvc_finalize_slot's; RoPE's pairs gathered and put back by
+ * permutes; the Walsh-Hadamard butterflies with h < 16 inside a vector (a
+ * lane's partner by a permute, the sum or difference by its bit h), with h
+ * >= 16 between vectors; each lane's operations those of the scalar form,
+ * in its order.  tests/test_units.c compares the two.
+ */
+AVX512 int kvc_cpu_finalize_indexer_avx512(const float *c, float *y, const uint16_t *w, const float *cs,
+                                           int interleaved, float eps, int rotate, int fmt, uint8_t *payload,
+                                           uint8_t *scale) {
+    const __m512i even = _mm512_loadu_si512(kEven), odd = _mm512_loadu_si512(kOdd);
+    __mmask16 bad = 0;
+    for (int d = 0; d < 128; d += 16) {
+        const __m512 x = _mm512_loadu_ps(c + d);
+        bad |= nonfinite16(x);
+        _mm512_storeu_ps(y + d, _mm512_mul_ps(x, x));
+    }
+    int n = 128;
+    for (; n >= 32; n >>= 1)
+        for (int i = 0; i < n / 2; i += 16) {
+            const __m512 lo = _mm512_loadu_ps(y + 2 * i), hi = _mm512_loadu_ps(y + 2 * i + 16);
+            _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi),
+                                                  _mm512_permutex2var_ps(lo, odd, hi)));
+        }
+    for (; n > 1; n >>= 1)
+        for (int i = 0; i < n / 2; i++) y[i] = KVC_ADD(y[2 * i], y[2 * i + 1]);
+    const __m512 rr = _mm512_set1_ps(KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(y[0], KVC_INV128), eps))));
+    __m512 x[8];
+    for (int k = 0; k < 8; k++) {
+        const __m512i wb = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(w + 16 * k)));
+        x[k] = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(c + 16 * k), rr),
+                             _mm512_castsi512_ps(_mm512_slli_epi32(wb, 16)));
+        bad |= nonfinite16(x[k]);
+    }
+    /* RoPE on dims 64..127 (vectors 4..7): pairs j .. j + 15 of vectors 4 + 2t, 5 + 2t */
+    static const int32_t kLo[16] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+    static const int32_t kHi[16] = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i ilo = _mm512_loadu_si512(kLo), ihi = _mm512_loadu_si512(kHi);
+    for (int t = 0; t < 2; t++) {
+        const int j = 16 * t;
+        const __m512 lo = x[4 + 2 * t], hi = x[5 + 2 * t];
+        const __m512 u = _mm512_permutex2var_ps(lo, even, hi), v = _mm512_permutex2var_ps(lo, odd, hi);
+        __m512 cj, sj;
+        if (interleaved) {
+            const __m512 a = _mm512_loadu_ps(cs + 2 * j), b = _mm512_loadu_ps(cs + 2 * j + 16);
+            cj = _mm512_permutex2var_ps(a, even, b);
+            sj = _mm512_permutex2var_ps(a, odd, b);
+        } else {
+            cj = _mm512_loadu_ps(cs + j);
+            sj = _mm512_loadu_ps(cs + 32 + j);
+        }
+        const __m512 uo = _mm512_sub_ps(_mm512_mul_ps(u, cj), _mm512_mul_ps(v, sj));
+        const __m512 wo = _mm512_add_ps(_mm512_mul_ps(v, cj), _mm512_mul_ps(u, sj));
+        x[4 + 2 * t] = _mm512_permutex2var_ps(uo, ilo, wo);
+        x[5 + 2 * t] = _mm512_permutex2var_ps(uo, ihi, wo);
+    }
+    if (rotate) {
+        for (int h = 1; h < 16; h <<= 1) {
+            int32_t px[16];
+            __mmask16 hi = 0;
+            for (int l = 0; l < 16; l++) {
+                px[l] = l ^ h;
+                if (l & h) hi |= (__mmask16)(1u << l);
+            }
+            const __m512i pi = _mm512_loadu_si512(px);
+            for (int k = 0; k < 8; k++) {
+                const __m512 p = _mm512_permutexvar_ps(pi, x[k]);
+                x[k] = _mm512_mask_blend_ps(hi, _mm512_add_ps(x[k], p), _mm512_sub_ps(p, x[k]));
+            }
+        }
+        for (int hv = 1; hv < 8; hv <<= 1) /* h = 16 hv: vectors k and k + hv */
+            for (int k = 0; k < 8; k++)
+                if ((k & hv) == 0) {
+                    const __m512 a = x[k], b = x[k + hv];
+                    x[k] = _mm512_add_ps(a, b);
+                    x[k + hv] = _mm512_sub_ps(a, b);
+                }
+        for (int k = 0; k < 8; k++) x[k] = _mm512_mul_ps(x[k], _mm512_set1_ps(KVC_INV_SQRT128));
+    }
+    __m512 z[8];
+    for (int k = 0; k < 8; k++) {
+        bad |= nonfinite16(x[k]);
+        const __m512i h = bf16_bits16(x[k]);
+        bad |= bf16_nonfinite16(h);
+        z[k] = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+    }
+    if (fmt == KVC_FMT_IFP8) {
+        if (bad) {
+            memset(payload, 0, 128);
+            scale[0] = 0x00, scale[1] = 0x00, scale[2] = 0xC0, scale[3] = 0x7F; /* quiet NaN */
+            return 1;
+        }
+        const int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax16(z, 8), KVC_AMAX_FLOOR), KVC_FP8_MAX));
+        const float inv = kvc_pow2(-e);
+        for (int k = 0; k < 8; k++)
+            _mm_storeu_si128((__m128i *)(void *)(payload + 16 * k), nope_codes16(z[k], inv, 1));
+        const uint32_t sb = KVC_BITS(kvc_pow2(e));
+        memcpy(scale, &sb, 4); /* little-endian */
+        return 0;
+    }
+    if (bad) {
+        memset(payload, 0, 64);
+        memset(scale, 0xFF, 4);
+        return 1;
+    }
+    for (int b = 0; b < 4; b++) { /* blocks of 32 dims: vectors 2b, 2b + 1 */
+        int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax16(z + 2 * b, 2), KVC_MX_AMAX_FLOOR), 6.0f));
+        e = e < -127 ? -127 : e > 127 ? 127 : e;
+        const __m512 inv = _mm512_set1_ps(kvc_pow2(-e));
+        const __m512i lo = e2m1_code16(_mm512_mul_ps(z[2 * b], inv)), hi = e2m1_code16(_mm512_mul_ps(z[2 * b + 1], inv));
+        const __m512i ev = _mm512_permutex2var_epi32(lo, even, hi), od = _mm512_permutex2var_epi32(lo, odd, hi);
+        _mm_storeu_si128((__m128i *)(void *)(payload + 16 * b), _mm512_cvtepi32_epi8(_mm512_or_si512(ev, _mm512_slli_epi32(od, 4))));
+        scale[b] = (uint8_t)(e + 127);
+    }
+    return 0;
+}
+
 #endif

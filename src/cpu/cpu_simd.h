@@ -106,6 +106,14 @@ KVC_HIDDEN void kvc_cpu_seg_reduce8_avx2(int nd, const float *const *sr, const f
  */
 KVC_HIDDEN int kvc_cpu_finalize_avx512(const float *c, float *y, const uint16_t *w, const float *cs, int interleaved,
                                        float eps, int fp8, uint8_t *payload, uint8_t *scales);
+/**
+ * kvc_finalize_indexer (kvc_canon.h, head width 128) in AVX-512F: the same
+ * arguments, the same bytes.  y: 128 floats of scratch.  @return 1 if the
+ * slot was written as non-finite.  Callers check for AVX-512F first.
+ */
+KVC_HIDDEN int kvc_cpu_finalize_indexer_avx512(const float *c, float *y, const uint16_t *w, const float *cs,
+                                               int interleaved, float eps, int rotate, int fmt, uint8_t *payload,
+                                               uint8_t *scale);
 #endif
 
 #endif /* KVC_CPU_SIMD_H */

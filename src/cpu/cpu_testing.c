@@ -55,15 +55,15 @@ int64_t kvc_cpu_exp8_mismatches(uint32_t stride) {
  * [-1.5, 1.5]. */
 static uint64_t next_u64(uint64_t *s) { return kvc_rand_splitmix64((*s)++); }
 static float unit(uint64_t *s) { return (float)(next_u64(s) >> 40) * 0x1p-24f * 2.0f - 1.0f; }
-static void random_input(uint64_t *s, float c[512], uint16_t w[512], float cs[64]) {
+static void random_input(uint64_t *s, float c[512], uint16_t w[512], float cs[64], int nd) {
     const int scale = (int)(next_u64(s) % 241) - 140;
     for (int d = 0; d < 512; d++) {
         c[d] = ldexpf(unit(s), scale + (int)(next_u64(s) % 9) - 4);
         if (next_u64(s) % 16 == 0) c[d] = 0.0f;
     }
     const uint64_t special = next_u64(s) % 8;
-    if (special == 0) c[next_u64(s) % 512] = NAN;
-    if (special == 1) c[next_u64(s) % 512] = (next_u64(s) & 1) ? INFINITY : -INFINITY;
+    if (special == 0) c[next_u64(s) % (uint64_t)nd] = NAN;
+    if (special == 1) c[next_u64(s) % (uint64_t)nd] = (next_u64(s) & 1) ? INFINITY : -INFINITY;
     if (special == 2) memset(c, 0, sizeof(float) * 512);
     for (int d = 0; d < 512; d++) w[d] = (uint16_t)(next_u64(s) % 0x7F80u | (next_u64(s) & 0x8000u));
     if (next_u64(s) & 1)
@@ -71,7 +71,7 @@ static void random_input(uint64_t *s, float c[512], uint16_t w[512], float cs[64
     for (int j = 0; j < 64; j++) cs[j] = unit(s) * 1.5f;
 }
 
-int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed) {
+int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed, int head_dim) {
     if (!__builtin_cpu_supports("avx512f") || trials < 0) return -1;
     int64_t bad = 0;
     uint64_t s = seed;
@@ -79,13 +79,20 @@ int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed) {
         float c[512], y[512], cs[64];
         uint16_t w[512];
         uint8_t p0[576], s0[8], p1[576], s1[8];
-        random_input(&s, c, w, cs);
-        const int interleaved = t & 1, fp8 = (t >> 1) & 1;
+        random_input(&s, c, w, cs, head_dim);
+        const int interleaved = t & 1, fp8 = (t >> 1) & 1, rotate = (t >> 3) & 1;
         const float eps = (t >> 2) & 1 ? 0x1.0c6f7ap-20f : ldexpf(1.0f, -(int)(next_u64(&s) % 140));
         memset(p0, 0xA5, sizeof p0);
         memset(p1, 0x5A, sizeof p1);
         memset(s0, 0xA5, sizeof s0);
         memset(s1, 0x5A, sizeof s1);
+        if (head_dim == 128) { /* fp8: INDEXER_FP8, else INDEXER_MXFP4; the slot (payload, scale) in p */
+            const int fmt = fp8 ? KVC_FMT_IFP8 : KVC_FMT_MXFP4, pb = fp8 ? 128 : 64;
+            const int r0 = kvc_finalize_indexer(c, y, w, cs, interleaved, eps, rotate, fmt, p0, p0 + pb);
+            const int r1 = kvc_cpu_finalize_indexer_avx512(c, y, w, cs, interleaved, eps, rotate, fmt, p1, p1 + pb);
+            bad += r0 != r1 || memcmp(p0, p1, (size_t)pb + 4) != 0;
+            continue;
+        }
         const int r0 = kvc_finalize_slot(c, y, w, cs, interleaved, eps, fp8, p0, s0);
         const int r1 = kvc_cpu_finalize_avx512(c, y, w, cs, interleaved, eps, fp8, p1, s1);
         if (r0 != r1 || memcmp(p0, p1, sizeof p0) || memcmp(s0, s1, sizeof s0)) bad++;
@@ -93,9 +100,10 @@ int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed) {
     return bad;
 }
 #else
-int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed) {
+int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed, int head_dim) {
     (void)trials;
     (void)seed;
+    (void)head_dim;
     return -1;
 }
 #endif

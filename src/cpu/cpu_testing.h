@@ -23,11 +23,12 @@ KVC_HIDDEN void kvc_cpu_force_isa(int isa);
  * differing results, -1 where the CPU lacks the instructions. */
 KVC_HIDDEN int64_t kvc_cpu_exp16_mismatches(uint32_t stride);
 KVC_HIDDEN int64_t kvc_cpu_exp8_mismatches(uint32_t stride);
-/* The AVX-512F finaliser against kvc_finalize_slot on `trials` random inputs
- * from `seed` (both formats and cos/sin layouts, NaN / Inf / zero windows,
- * overflowing and vanishing sums): @return the number whose bytes differ,
- * -1 without AVX-512F. */
-KVC_HIDDEN int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed);
+/* The AVX-512F finaliser against kvc_finalize_slot (head_dim 512) or
+ * kvc_finalize_indexer (128: both indexer formats, rotation on and off) on
+ * `trials` random inputs from `seed` (both formats and cos/sin layouts,
+ * NaN / Inf / zero windows, overflowing and vanishing sums): @return the
+ * number whose bytes differ, -1 without AVX-512F. */
+KVC_HIDDEN int64_t kvc_cpu_finalize_mismatches(int trials, uint64_t seed, int head_dim);
 
 #ifdef __cplusplus
 }
