@@ -70,7 +70,6 @@ int main(void) {
         dev_case x;
         if (tc_make(kSpecs[c], &x)) return 1;
         const int64_t n = x.host.args.num_outputs;
-        const int fp8 = x.host.args.nope_format != KVC_NOPE_INT8;
         const size_t rb = (size_t)n * KVC_SLOT_BYTES;
         uint8_t *full = (uint8_t *)malloc(rb), *again = (uint8_t *)malloc(rb), *part = (uint8_t *)malloc(rb);
         int64_t *bidx = (int64_t *)malloc((size_t)n * 8);
@@ -82,7 +81,7 @@ int main(void) {
         if (used != KVC_NUMERICS_FAST) {
             snprintf(msg, sizeof msg, "report says EXACT");
             bad = 1;
-        } else if (kvc_kit_conforms(full, x.cpu_rows, n, fp8, &differ, msg, sizeof msg)) {
+        } else if (kvc_kit_conforms(full, x.cpu_rows, n, (int)x.host.args.nope_format, &differ, msg, sizeof msg)) {
             bad = 1;
         }
         if (!bad) {

@@ -53,7 +53,6 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
         kvc_golden_case *g = &cases[i];
         if (!strstr(dirs, g->dir)) continue;
-        const int fp8 = g->params.nope_format == KVC_NOPE_FP8_E4M3;
         const int64_t SB = kvc_slot_bytes(g->params.nope_format); /* a golden row: 584, 132 or 68 bytes */
         if (strcmp(formats, "all") && strcmp(formats, kvc_kit_format_name(g->params.nope_format))) continue;
         if (strcmp(overlap, "all") && atoi(overlap) != (int)g->params.overlap) continue;
@@ -107,11 +106,7 @@ int main(int argc, char **argv) {
             for (int64_t o = 0; !bad && o < g->outputs; o++) kvc_kit_slot_row(&c.args, o, ours + o * SB);
             const int fast = rep.numerics == KVC_NUMERICS_FAST;
             int64_t differ = 0;
-            if (!bad && fast && SB != KVC_SLOT_BYTES) {
-                printf("FAIL %s: FAST numerics reported for a format without a FAST form\n", g->name);
-                bad = 1;
-            }
-            if (!bad && fast && !g->has_ref && kvc_kit_conforms(ours, canon, g->outputs, fp8, &differ, msg, sizeof msg)) {
+            if (!bad && fast && !g->has_ref && kvc_kit_conforms(ours, canon, g->outputs, (int)g->params.nope_format, &differ, msg, sizeof msg)) {
                 printf("FAIL %s: fast numerics: conformance to canon: %s\n", g->name, msg);
                 bad = 1;
             }
@@ -133,7 +128,7 @@ int main(int argc, char **argv) {
                 if (!ref || len != (size_t)g->outputs * SB) {
                     printf("FAIL %s: cannot read %s\n", g->name, path);
                     bad = 1;
-                } else if (kvc_kit_conforms(ours, ref, g->outputs, fp8, &differ, msg, sizeof msg)) {
+                } else if (kvc_kit_conforms(ours, ref, g->outputs, (int)g->params.nope_format, &differ, msg, sizeof msg)) {
                     printf("FAIL %s: conformance: %s\n", g->name, msg);
                     bad = 1;
                 } else {

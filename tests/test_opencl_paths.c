@@ -5,7 +5,9 @@
  * chunks per output, FP8 with 2 slots per page, a NaN score, padding slots)
  * through the wide and slice kernels (the GPU defaults) and the
  * straight-line 2-dims path (test hook KVC_OPENCL_NO_WIDE=1; the slice
- * kernels' shapes only once), every byte and count against the CPU backend.
+ * kernels' shapes only once), every byte and count against the CPU backend;
+ * and the general kernel (kvc_general.h: SPEC 9 / 10) on small cases of
+ * every setting, where Oclgrind checks its local-memory barriers for races.
  *
  * PoCL cannot run these kernels (bench/NOTES.md: it miscompiles the
  * straight-line forms), so CTest runs this under Oclgrind, an OpenCL device
@@ -14,6 +16,7 @@
  * library built without its test hooks (CMake KVC_TEST_HOOKS), it skips.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +46,42 @@ int main(void) {
         kvc_kit_conform(&o, &r);
         printf("KVC_OPENCL_NO_WIDE=%s: %d passed, %d failed\n", modes[m], r.passed, r.failed);
         failed += r.failed + (r.passed + r.failed == 0);
+    }
+    /* the general kernel: head width 128 (both formats, rotation), bias, bf16; a NaN in one window */
+    static const char *const general[] = {
+        "reqs=2,tokens=64,C=4,block=4,overlap=1,format=indexer_fp8,layout=shuffle",
+        "reqs=1,tokens=64,C=4,block=4,overlap=1,format=indexer_mxfp4,rotate=1",
+        "reqs=1,tokens=48,C=12,block=7,format=indexer_mxfp4,bias=1,state=bf16,kv_block=8",
+        "reqs=1,tokens=32,C=16,block=8,format=fp8,bias=1,kv_block=2",
+        "reqs=2,tokens=64,C=4,block=4,overlap=1,format=int8,state=bf16,cos_sin=interleaved"};
+    for (size_t i = 0; i < sizeof general / sizeof general[0]; i++) {
+        kvc_case c;
+        uint8_t *cpu = NULL;
+        char msg[256] = "";
+        int bad = kvc_kit_case_with_cpu(general[i], &c, &cpu, msg, sizeof msg) != 0;
+        if (!bad) {
+            if (i == 0) c.state_cache[0] = NAN; /* (the bf16 copy, if any, is the generator's) */
+            if (i == 0) {
+                free(cpu); /* the CPU bytes again, with the NaN */
+                kvc_exec ex;
+                kvc_exec_init(&ex);
+                ex.backend = KVC_BACKEND_CPU;
+                bad = kvc_compress(&c.args, &ex, NULL) != KVC_OK;
+                cpu = calloc((size_t)c.args.num_outputs * 584 + 1, 1);
+                if (!bad) kvc_kit_output_rows(&c.args, &c, c.kv_cache, cpu);
+            }
+            memset(c.kv_cache, 0x6B, c.kv_cache_bytes);
+            kvc_report rep;
+            bad = bad || kvc_kit_opencl_run(&c.args, &rep, NULL) != KVC_OK || rep.outputs_written != c.args.num_outputs;
+            uint8_t *got = calloc((size_t)c.args.num_outputs * 584 + 1, 1);
+            if (!bad) kvc_kit_output_rows(&c.args, &c, c.kv_cache, got);
+            bad = bad || memcmp(got, cpu, (size_t)(c.args.num_outputs * kvc_slot_bytes(c.args.nope_format))) != 0;
+            free(got);
+            kvc_case_free(&c);
+        }
+        free(cpu);
+        printf("%-4s general %s %s\n", bad ? "FAIL" : "ok", general[i], msg);
+        failed += bad;
     }
     printf("%s (%d failures)\n", failed ? "FAILED" : "passed", failed);
     return failed ? 1 : 0;

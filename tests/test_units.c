@@ -268,6 +268,61 @@ static void test_e2m1(void) {
              (long long)n);
 }
 
+/* SPEC 9's conformance (kvc_kit_conforms on the indexer formats): a golden
+ * file against itself, with one value a code step off, two steps off, a
+ * scale byte changed, and too many values a step off. */
+static void test_indexer_conformance(const char *golden) {
+    static const struct {
+        const char *name;
+        int fmt, sb;
+    } files[] = {{"fp8idx_ovl_split_S64_r4_t8192_c4_b4_shuffle_s4001", KVC_INDEXER_FP8, 132},
+                 {"mxfp4_ovl_split_S64_r4_t8192_c4_b4_contig_s4002", KVC_INDEXER_MXFP4, 68}};
+    for (int f = 0; f < 2; f++) {
+        char path[4096], msg[256];
+        snprintf(path, sizeof path, "%s/dsv4/%s.canon.bin", golden, files[f].name);
+        size_t len = 0;
+        uint8_t *ref = kvc_kit_read_file(path, &len);
+        TU_CHECK(ref != NULL, "read %s", path);
+        if (!ref) continue;
+        const int64_t n = (int64_t)len / files[f].sb;
+        uint8_t *x = malloc(len);
+        int64_t differ = -1;
+        const int mx = files[f].fmt == KVC_INDEXER_MXFP4;
+        /* the first value of output 5 one magnitude step down (its code is not 0: a step is a neighbour code) */
+        uint8_t *v = x + 5 * files[f].sb;
+        memcpy(x, ref, len);
+        const int ok_same = kvc_kit_conforms(x, ref, n, files[f].fmt, &differ, msg, sizeof msg) == 0 && differ == 0;
+        int step_ok, two_bad, scale_bad, many_bad;
+        if (mx) {
+            const unsigned nib = v[0] & 15u;
+            v[0] = (uint8_t)((v[0] & 0xF0u) | ((nib & 7u) ? nib - 1 : nib + 1));
+        } else {
+            v[0] = (uint8_t)((v[0] & 0x7Fu) ? v[0] - 1 : v[0] + 1);
+        }
+        step_ok = kvc_kit_conforms(x, ref, n, files[f].fmt, &differ, msg, sizeof msg) == 0 && differ == 1;
+        memcpy(x, ref, len);
+        if (mx) v[0] = (uint8_t)((v[0] & 0xF0u) | ((v[0] & 7u) >= 2 ? (v[0] & 15u) - 2 : (v[0] & 15u) + 2));
+        else v[0] = (uint8_t)((v[0] & 0x7Fu) >= 2 ? v[0] - 2 : v[0] + 2);
+        two_bad = kvc_kit_conforms(x, ref, n, files[f].fmt, &differ, msg, sizeof msg) != 0;
+        memcpy(x, ref, len);
+        v[files[f].sb - 1] ^= 1u; /* a scale byte */
+        scale_bad = kvc_kit_conforms(x, ref, n, files[f].fmt, &differ, msg, sizeof msg) != 0;
+        memcpy(x, ref, len);
+        const int64_t allow = 2 + n * 128 / (mx ? 5000 : 20000);
+        for (int64_t o = 0; o <= allow; o++) { /* one value of each of allow + 1 outputs a step off */
+            uint8_t *w = x + o * files[f].sb;
+            if (mx) w[0] = (uint8_t)((w[0] & 0xF0u) | ((w[0] & 7u) ? (w[0] & 15u) - 1 : (w[0] & 15u) + 1));
+            else w[0] = (uint8_t)((w[0] & 0x7Fu) ? w[0] - 1 : w[0] + 1);
+        }
+        many_bad = kvc_kit_conforms(x, ref, n, files[f].fmt, &differ, msg, sizeof msg) != 0;
+        TU_CHECK(ok_same && step_ok && two_bad && scale_bad && many_bad,
+                 "SPEC 9 conformance (%s): itself %d, one step %d, two steps refused %d, scale refused %d, "
+                 "too many refused %d", files[f].name, ok_same, step_ok, two_bad, scale_bad, many_bad);
+        free(x);
+        free(ref);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
     /* SPEC 5 check values */
@@ -308,6 +363,7 @@ int main(int argc, char **argv) {
     test_avx2_offsets();
     test_row_lookup();
     test_e2m1();
+    if (argc > 1) test_indexer_conformance(argv[1]);
 
     /* the CPU backend's AVX-512F exp equals kvc_exp bit for bit: every
      * stride-th of the 2^31 non-positive floats (-Inf and the negative NaNs

@@ -552,7 +552,7 @@ static int conform_rows(kvc_case *c, const uint8_t *ref, char *msg, size_t len) 
     for (int64_t o = 0; o < n; o++)
         kvc_kit_slot_row(&c->args, c->kv_slot_mapping[c->boundary_token_indices[o]], rows + o * KVC_SLOT_BYTES);
     int64_t differ = 0;
-    const int bad = kvc_kit_conforms(rows, ref, n, c->args.nope_format != KVC_NOPE_INT8, &differ, msg, len);
+    const int bad = kvc_kit_conforms(rows, ref, n, (int)c->args.nope_format, &differ, msg, len);
     free(rows);
     return bad;
 }

@@ -17,6 +17,10 @@
 #   ncu       stall breakdown of the kernel on two cases
 #   sass      instruction mix of the kernels (cuobjdump)
 #   pytest    the Python suite with torch on the GPU
+#   dsv4      SPEC 9 / 10 (issue 52): golden dsv4 on CUDA, CUDA_FORCE_PTX_JIT=1 (the compute_80 PTX) and
+#             NVIDIA OpenCL; the conformance matrix (its random shapes draw the new settings); memcheck;
+#             then the engine set (indexer FP8 / MXFP4 at 4 x 8k / 32k / 131k, bf16 state) and, in
+#             one run, each bias / bf16 / rotation case beside the same case without it
 set -u
 D=$PWD/devbin
 G=$PWD/tests/data/golden
@@ -99,6 +103,30 @@ PY
   pytest)
     step pytest
     KVCOMPRESS_LIB=$D/libkvcompress.so PYTHONPATH=$PWD/python python3 -m pytest -q -p no:cacheprovider tests/python > $OUT/pytest.txt 2>&1; tail -3 $OUT/pytest.txt ;;
+  dsv4)
+    step dsv4
+    $D/test_golden $G dirs=dsv4 backend=cuda repeat=3 2>&1 | tail -1
+    CUDA_FORCE_PTX_JIT=1 CUDA_CACHE_DISABLE=1 $D/test_golden $G backend=cuda 2>&1 | tail -1
+    $D/test_golden $G dirs=dsv4 backend=opencl 2>&1 | tail -1
+    $D/test_backends $G backends=cuda,opencl random=60 2>&1 | tail -3
+    timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $D/test_golden $G dirs=dsv4 backend=cuda \
+      > $OUT/san-dsv4.txt 2>&1; echo "memcheck dsv4 rc=$?"
+    for be in cuda opencl; do
+      $D/kvc bench --backend $be --cases engine --json $OUT/$be-engine-dsv4.json > $OUT/$be-engine-dsv4.txt 2>&1
+      grep -E "ifp8|mxfp4|bf16|failed" $OUT/$be-engine-dsv4.txt
+    done
+    # each setting beside the same case without it, one run per pair (x_floor against the case's own bytes)
+    for pair in "reqs=8,tokens=131072,C=128,block=8,format=fp8,kv_block=2|bias=1" \
+                "reqs=4,tokens=131072,C=4,block=4,overlap=1,format=fp8|bias=1" \
+                "reqs=8,tokens=131072,C=128,block=8,format=fp8,kv_block=2|state=bf16" \
+                "reqs=4,tokens=131072,C=4,block=4,overlap=1,format=fp8|state=bf16" \
+                "reqs=4,tokens=131072,C=4,block=4,overlap=1,format=indexer_mxfp4|rotate=1"; do
+      base=${pair%|*}; extra=${pair#*|}
+      for spec in $base $base,$extra; do
+        $D/kvc bench --backend cuda --cases $spec --layout shuffle 2>&1 | grep shuffle
+        $D/kvc bench --backend cuda --numerics fast --cases $spec --layout shuffle 2>&1 | grep shuffle
+      done
+    done ;;
   *) echo "unknown step $s" ;;
   esac
 done

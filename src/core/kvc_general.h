@@ -81,15 +81,47 @@ KVC_GEN_FN void kvc_gen_row(const kvc_shape *sh, KVC_GLOBAL const float *st, KVC
         *s = KVC_ADD(*s, bias[(pos % sh->compress_ratio) * sh->score_bias_stride + (so - kvc_score_delta(ovl, D)) + d]);
 }
 
+/* The segment step and merge: SPEC 3's, or with fast (CUDA; SPEC 8's FAST
+ * numerics) the exp by ex2.approx and the weighted sum fused, as the tuned
+ * kernels' FAST forms (cuda_kernels.cuh's red_step, red_merge). */
+KVC_GEN_FN void kvc_gen_step(float m, float s, float v, float *den, float *num, int fast) {
+#if defined(__CUDACC__)
+    if (fast) {
+        float e;
+        asm("ex2.approx.f32 %0, %1;" : "=f"(e) : "f"(KVC_MUL(KVC_SUB(s, m), KVC_LOG2E)));
+        *den = KVC_ADD(*den, e);
+        *num = __fmaf_rn(e, v, *num);
+        return;
+    }
+#endif
+    (void)fast;
+    kvc_seg_step(m, s, v, den, num);
+}
+KVC_GEN_FN void kvc_gen_merge(float *mA, float *dA, float *nA, float mB, float dB, float nB, int fast) {
+#if defined(__CUDACC__)
+    if (fast) {
+        const float m = kvc_max(*mA, mB);
+        const int a_max = (*mA == m);
+        float f;
+        asm("ex2.approx.f32 %0, %1;" : "=f"(f) : "f"(KVC_MUL(KVC_SUB(a_max ? mB : *mA, m), KVC_LOG2E)));
+        kvc_merge_scaled(mA, dA, nA, dB, nB, m, a_max, f);
+        return;
+    }
+#endif
+    (void)fast;
+    kvc_merge(mA, dA, nA, mB, dB, nB);
+}
+
 /**
  * Dimension d's window sum c_d of the output at boundary position p of
  * request row trow (SPEC 3): 8-row segments in token order, each reduced
- * as kvc_seg_step says, their states merged in the canonical tree.  All
- * threads of the group call it; sc->bad_row must be 0 on entry and is read
- * after a barrier.
+ * as kvc_seg_step says, their states merged in the canonical tree (fast:
+ * SPEC 8's FAST numerics, CUDA only).  All threads of the group call it;
+ * sc->bad_row must be 0 on entry and is read after a barrier.
  */
 KVC_GEN_FN float kvc_gen_reduce(const kvc_shape *sh, KVC_GLOBAL const float *st, KVC_GLOBAL const kvc_i32 *trow,
-                                KVC_GLOBAL const float *bias, kvc_i64 p, int d, KVC_GEN_LOCAL kvc_gen_scratch *sc) {
+                                KVC_GLOBAL const float *bias, kvc_i64 p, int d, int fast,
+                                KVC_GEN_LOCAL kvc_gen_scratch *sc) {
     const kvc_i64 rows = kvc_window_rows(sh->compress_ratio, sh->overlap != 0);
     const kvc_i64 nseg = kvc_num_segments(rows);
     float sm[KVC_GEN_STACK], sd[KVC_GEN_STACK], sn[KVC_GEN_STACK];
@@ -105,14 +137,14 @@ KVC_GEN_FN float kvc_gen_reduce(const kvc_shape *sh, KVC_GLOBAL const float *st,
         for (int i = 1; i < KVC_SEG; i++)
             if (i < n) m = kvc_max(m, s[i]);
         for (int i = 0; i < KVC_SEG; i++)
-            if (i < n) kvc_seg_step(m, s[i], v[i], &den, &num);
+            if (i < n) kvc_gen_step(m, s[i], v[i], &den, &num, fast);
         kvc_seg_close(m, &den, &num);
         top++;
         sm[top] = m;
         sd[top] = den;
         sn[top] = num;
         sizes[top] = 1;
-#define KVC_GEN_MERGE(l, r) kvc_merge(&sm[l], &sd[l], &sn[l], sm[r], sd[r], sn[r])
+#define KVC_GEN_MERGE(l, r) kvc_gen_merge(&sm[l], &sd[l], &sn[l], sm[r], sd[r], sn[r], fast)
         KVC_TREE_PUSH(sizes, top, KVC_GEN_MERGE);
     }
     KVC_TREE_FOLD(top, KVC_GEN_MERGE);

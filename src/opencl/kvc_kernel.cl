@@ -890,7 +890,7 @@ __kernel void kvc_compress_general(KVC_CL_KERNEL_ARGS, __global const float *bia
     if (d == 0) sc.bad_row = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     const float c = live ? kvc_gen_reduce(&sh, state, table + inf.r * sh.block_table_stride,
-                                          sh.score_bias_stride ? bias : 0, inf.p, d, &sc)
+                                          sh.score_bias_stride ? bias : 0, inf.p, d, 0, &sc)
                          : 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);
     const int ok = live && !sc.bad_row;

@@ -73,7 +73,7 @@ static int golden_bytes(const char *dir, const kvc_golden_case *g, const kvc_cas
             snprintf(msg, len, "%.400s: %zu bytes, the manifest's %lld outputs need %lld", path, n,
                      (long long)c->args.num_outputs, (long long)need);
             bad = 1;
-        } else bad = !ref || kvc_kit_conforms(rows, ref, c->args.num_outputs, g->params.nope_format != KVC_NOPE_INT8, &differ,
+        } else bad = !ref || kvc_kit_conforms(rows, ref, c->args.num_outputs, (int)g->params.nope_format, &differ,
                                        msg, len);
     }
     free(rows);

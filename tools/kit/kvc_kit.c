@@ -251,8 +251,49 @@ static float bf16f(const uint8_t *p) {
 
 static int e4m3_ordinal(uint8_t c) { return (c & 0x80) ? -(int)(c & 0x7F) : (int)c; }
 
-int kvc_kit_conforms(const uint8_t *ours, const uint8_t *ref, int64_t n, int fp8, int64_t *differ, char *msg,
+/* The sign-magnitude ordinal of an e2m1 nibble (SPEC 9's conformance). */
+static int e2m1_ordinal(unsigned nib) { return (nib & 8u) ? -(int)(nib & 7u) : (int)(nib & 7u); }
+
+/* SPEC 9's conformance of head-width-128 rows (132 or 68 bytes): scales
+ * equal; every value within one code step; at most 2 + values/20000 (FP8)
+ * or 2 + values/5000 (MXFP4) of them differ. */
+static int conforms_indexer(const uint8_t *ours, const uint8_t *ref, int64_t n, int fmt, int64_t *differ, char *msg,
+                            size_t msglen) {
+    const int mx = fmt == KVC_INDEXER_MXFP4, pb = mx ? 64 : 128, sb = pb + 4;
+    int64_t diff = 0;
+    for (int64_t o = 0; o < n; o++) {
+        const uint8_t *x = ours + o * sb, *y = ref + o * sb;
+        if (memcmp(x + pb, y + pb, 4) != 0) {
+            snprintf(msg, msglen, "output %lld: scale bytes %02x%02x%02x%02x, reference %02x%02x%02x%02x", (long long)o,
+                     x[pb], x[pb + 1], x[pb + 2], x[pb + 3], y[pb], y[pb + 1], y[pb + 2], y[pb + 3]);
+            return 1;
+        }
+        for (int d = 0; d < 128; d++) {
+            const int a = mx ? e2m1_ordinal((x[d / 2] >> (4 * (d & 1))) & 15u) : e4m3_ordinal(x[d]);
+            const int b = mx ? e2m1_ordinal((y[d / 2] >> (4 * (d & 1))) & 15u) : e4m3_ordinal(y[d]);
+            if (a == b) continue;
+            diff++;
+            if (abs(a - b) > 1) {
+                snprintf(msg, msglen, "output %lld dim %d: code %d vs reference %d (more than one step)", (long long)o,
+                         d, a, b);
+                return 1;
+            }
+        }
+    }
+    if (differ) *differ = diff;
+    const int64_t allowed = 2 + n * 128 / (mx ? 5000 : 20000);
+    if (diff > allowed) {
+        snprintf(msg, msglen, "%lld values differ, more than 2 + n/%d = %lld", (long long)diff, mx ? 5000 : 20000,
+                 (long long)allowed);
+        return 1;
+    }
+    return 0;
+}
+
+int kvc_kit_conforms(const uint8_t *ours, const uint8_t *ref, int64_t n, int fmt, int64_t *differ, char *msg,
                      size_t msglen) {
+    if (fmt >= KVC_INDEXER_FP8) return conforms_indexer(ours, ref, n, fmt, differ, msg, msglen);
+    const int fp8 = fmt == KVC_NOPE_FP8_E4M3;
     int64_t diff = 0;
     for (int64_t o = 0; o < n; o++) {
         const uint8_t *x = ours + o * KVC_SLOT_BYTES, *y = ref + o * KVC_SLOT_BYTES;

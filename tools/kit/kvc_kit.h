@@ -57,10 +57,12 @@ int kvc_kit_check_inputs(const kvc_golden_case *g, const kvc_case *c, char *msg,
 
 /**
  * SPEC 4 (INT8) / 7 (FP8) conformance of `ours` against the reference's rows
- * (n rows of 584 bytes).  @return 0 if it conforms, else 1 with msg filled.
- * *differ receives the number of NOPE values that differ.
+ * (n rows of 584 bytes), or SPEC 9's for the indexer formats (n rows of 132
+ * / 68 bytes); fmt: the rows' kvc_nope_format.  @return 0 if it conforms,
+ * else 1 with msg filled.  *differ receives the number of NOPE (indexer:
+ * key) values that differ.
  */
-int kvc_kit_conforms(const uint8_t *ours, const uint8_t *ref, int64_t n, int fp8, int64_t *differ, char *msg,
+int kvc_kit_conforms(const uint8_t *ours, const uint8_t *ref, int64_t n, int fmt, int64_t *differ, char *msg,
                      size_t msglen);
 
 /** A slot format's name (int8, fp8, indexer_fp8, indexer_mxfp4) to its value.  @return 0, or -1 for another name. */
