@@ -334,19 +334,18 @@ def _torch_call(state_cache, token_to_req, positions, boundary_token_indices, bl
                 cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps, kv_format,
                 overlap, cos_sin_layout, kv_block_size, rotate=False, score_bias=None):
     """One call with torch tensors: through the extension (_torch.py) when it
-    is built, every argument is a tensor and the call is a float32 state of
-    head width 512 without a score bias; else through compress()."""
+    is built and every argument is a tensor; else through compress()."""
     ext = _torch.get(_L)
     fmt = _enum(_lib.NOPE_FORMATS, "kv_format", kv_format)
-    plain = fmt < 2 and not rotate and score_bias is None and str(getattr(state_cache, "dtype", "")) != "torch.bfloat16"
-    if ext is not None and plain:
+    if ext is not None:
         lay = _enum(_lib.COS_SIN_LAYOUTS, "cos_sin_layout", cos_sin_layout)
         dev = kv_cache.get_device()
         stream = _cuda_stream(dev) if dev >= 0 else 0
         try:
             status = ext.compress(state_cache, token_to_req, positions, boundary_token_indices, block_table,
                                   rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size,
-                                  compress_ratio, rms_norm_eps, fmt, 1 if overlap else 0, lay, kv_block_size, stream)
+                                  compress_ratio, rms_norm_eps, fmt, 1 if overlap else 0, lay, kv_block_size, stream,
+                                  1 if rotate else 0, score_bias)
         except TypeError:  # an argument that is not a tensor: compress() names it
             status = None
         if status == 0:

@@ -1,4 +1,5 @@
-// _torch_ext.cpp -- the torch fast path of kvcompress.c128_256_512_compress.
+// _torch_ext.cpp -- the torch fast path of kvcompress.c128_256_512_compress
+// (every setting: the slot formats, rotation, score_bias, a bf16 state).
 //
 // Built on first use with torch.utils.cpp_extension (CPU headers only, no CUDA
 // toolkit needed) and cached; see _torch.py.  It reads the tensors' metadata
@@ -12,6 +13,7 @@
 #include <torch/extension.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kvcompress.h"
@@ -80,7 +82,8 @@ int64_t compress(const at::Tensor &state_cache, const at::Tensor &token_to_req_i
                  const at::Tensor &boundary_in, const at::Tensor &block_table, const at::Tensor &rms_norm_weight,
                  const at::Tensor &cos_sin_cache, const at::Tensor &slots_in, at::Tensor &kv_cache,
                  int64_t block_size, int64_t compress_ratio, double rms_norm_eps, int64_t nope_format,
-                 int64_t overlap, int64_t cos_sin_layout, int64_t kv_block_size, int64_t stream) {
+                 int64_t overlap, int64_t cos_sin_layout, int64_t kv_block_size, int64_t stream, int64_t rotate,
+                 const std::optional<at::Tensor> &score_bias) {
     if (lib.compress == nullptr) {
         message = "kvcompress torch extension: init() was not called";
         return -KVC_ERROR_GENERIC;
@@ -88,7 +91,20 @@ int64_t compress(const at::Tensor &state_cache, const at::Tensor &token_to_req_i
     try {
         const c10::Device dev = kv_cache.device();
         check("kv_cache", kv_cache, at::kByte, 2, dev);
-        check("state_cache", state_cache, at::kFloat, 3, dev);
+        const bool bf16 = state_cache.scalar_type() == at::kBFloat16;
+        check("state_cache", state_cache, bf16 ? at::kBFloat16 : at::kFloat, 3, dev);
+        // the head width follows from the slot format (SPEC 9); the library checks the pairs
+        const int64_t head_dim = nope_format >= KVC_INDEXER_FP8 && nope_format <= KVC_INDEXER_MXFP4 ? 128 : 512;
+        const int64_t slot_bytes = head_dim == 128 ? (nope_format == KVC_INDEXER_FP8 ? 132 : 68) : KVC_SLOT_BYTES;
+        if (score_bias) {
+            check("score_bias", *score_bias, at::kFloat, 2, dev);
+            if (score_bias->size(0) != compress_ratio || score_bias->size(1) != state_cache.size(2) / 2)
+                refuse(KVC_ERROR_BAD_SHAPE, "score_bias: shape (" + std::to_string(score_bias->size(0)) + ", " +
+                                                std::to_string(score_bias->size(1)) +
+                                                "), expected (compress_ratio, state_width / 2) = (" +
+                                                std::to_string(compress_ratio) + ", " +
+                                                std::to_string(state_cache.size(2) / 2) + ")");
+        }
         at::Tensor t2r = index_1d("token_to_req", token_to_req_in, at::kInt, dev);
         at::Tensor pos = index_1d("positions", positions_in, at::kLong, dev);
         at::Tensor bidx = index_1d("boundary_token_indices", boundary_in, at::kLong, dev);
@@ -96,9 +112,9 @@ int64_t compress(const at::Tensor &state_cache, const at::Tensor &token_to_req_i
         check("block_table", block_table, at::kInt, 2, dev);
         check("rms_norm_weight", rms_norm_weight, at::kBFloat16, 1, dev);
         check("cos_sin_cache", cos_sin_cache, at::kFloat, 2, dev);
-        if (rms_norm_weight.size(0) != 512)
+        if (rms_norm_weight.size(0) != head_dim)
             refuse(KVC_ERROR_BAD_SHAPE, "rms_norm_weight: " + std::to_string(rms_norm_weight.size(0)) +
-                                            " values, expected 512");
+                                            " values, expected " + std::to_string(head_dim));
         if (cos_sin_cache.size(1) != 64)
             refuse(KVC_ERROR_BAD_SHAPE, "cos_sin_cache: rows of " + std::to_string(cos_sin_cache.size(1)) +
                                             ", expected 64");
@@ -108,11 +124,11 @@ int64_t compress(const at::Tensor &state_cache, const at::Tensor &token_to_req_i
             if (t.size(0) != n_tok)
                 refuse(KVC_ERROR_BAD_SHAPE, std::string(name) + ": " + std::to_string(t.size(0)) +
                                                 " tokens, token_to_req has " + std::to_string(n_tok));
-        if (kv_cache.size(0) > 0 && kv_block_size >= 1 && kv_block_size <= INT64_MAX / KVC_SLOT_BYTES &&
-            kv_cache.size(1) < KVC_SLOT_BYTES * kv_block_size)
+        if (kv_cache.size(0) > 0 && kv_block_size >= 1 && kv_block_size <= INT64_MAX / slot_bytes &&
+            kv_cache.size(1) < slot_bytes * kv_block_size)
             refuse(KVC_ERROR_BAD_SHAPE, "kv_cache: pages of " + std::to_string(kv_cache.size(1)) +
-                                            " bytes (kv_cache.size(1)), expected >= 584 * kv_block_size = " +
-                                            std::to_string(KVC_SLOT_BYTES * kv_block_size));
+                                            " bytes (kv_cache.size(1)), expected >= " + std::to_string(slot_bytes) +
+                                            " * kv_block_size = " + std::to_string(slot_bytes * kv_block_size));
         if (state_cache.size(1) != block_size)
             refuse(KVC_ERROR_BAD_SHAPE, "state_cache: " + std::to_string(state_cache.size(1)) +
                                             " tokens per block, block_size is " + std::to_string(block_size));
@@ -121,7 +137,14 @@ int64_t compress(const at::Tensor &state_cache, const at::Tensor &token_to_req_i
 
         kvc_args a;
         lib.args_init(&a);
-        a.state_cache = state_cache.const_data_ptr<float>();
+        a.state_cache = static_cast<const float *>(state_cache.const_data_ptr()); // (bf16 bits: state_dtype)
+        a.state_dtype = bf16 ? KVC_STATE_BFLOAT16 : KVC_STATE_FLOAT32;
+        a.head_dim = head_dim;
+        a.rotate = static_cast<kvc_rotation>(rotate);
+        if (score_bias) {
+            a.score_bias = score_bias->const_data_ptr<float>();
+            a.score_bias_stride = stride_or(*score_bias, 0, score_bias->size(1));
+        }
         a.num_blocks = state_cache.size(0);
         a.block_size = block_size;
         a.state_width = state_cache.size(2);

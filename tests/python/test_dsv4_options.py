@@ -137,7 +137,22 @@ def test_torch_cpu_tensors_take_the_new_options():
              if isinstance(x, np.ndarray) else x for x in args]
         t[0] = t[0].view(torch.bfloat16)
         t[5] = t[5].view(torch.bfloat16)
-        opts["score_bias"] = torch.from_numpy(opts["score_bias"])
+        bias = torch.from_numpy(opts["score_bias"])
         opts.pop("kv_block_size")
+        opts["score_bias"] = bias
         out = kvcompress.c128_256_512_compress(*t, kv_block_size=c.kv_block_size, **opts)
         np.testing.assert_array_equal(out.numpy(), ref[8])
+        from kvcompress import _torch
+        assert _torch.status() == "extension"  # the torch fast path takes every setting
+        # the bias as rows of a wider tensor (row stride passed through), and refused shapes
+        wide = torch.full((bias.shape[0], bias.shape[1] + 37), float("nan"))
+        wide[:, :bias.shape[1]] = bias
+        t[8].fill_(0x11)
+        kvcompress.c128_256_512_compress(*t, kv_block_size=c.kv_block_size, **dict(opts, score_bias=wide[:, :bias.shape[1]]))
+        np.testing.assert_array_equal(t[8].numpy(), ref[8])
+        before = t[8].clone()
+        with pytest.raises(kvcompress.KVCError, match="score_bias: shape"):
+            kvcompress.c128_256_512_compress(*t, kv_block_size=c.kv_block_size, **dict(opts, score_bias=wide))
+        with pytest.raises(kvcompress.KVCError, match="rms_norm_weight: 128 values, expected 512"):
+            kvcompress.c128_256_512_compress(*t, kv_block_size=c.kv_block_size, **dict(opts, kv_format="fp8"))
+        assert torch.equal(t[8], before)
