@@ -72,17 +72,15 @@ AVX512_INLINE __m128i nope_codes16(__m512 z, float inv, int fp8) {
     return _mm512_cvtepi32_epi8(e4m3_code16(q));
 }
 
-AVX512 int kvc_cpu_finalize_avx512(const float *c, float *y, const uint16_t *w, const float *cs, int interleaved,
-                                   float eps, int fp8, uint8_t *payload, uint8_t *scales) {
+/* RMSNorm's sum (kvc_sum_squares): the balanced pairwise sum of c_d^2 over
+ * n dims, level by level, y as scratch; *bad |= the non-finite c_d. */
+AVX512_INLINE float sum_squares16(const float *c, float *y, int n, __mmask16 *bad) {
     const __m512i even = _mm512_loadu_si512(kEven), odd = _mm512_loadu_si512(kOdd);
-    __mmask16 bad = 0;
-    /* RMSNorm: the balanced pairwise sum of c_d^2, level by level */
-    for (int d = 0; d < 512; d += 16) {
+    for (int d = 0; d < n; d += 16) {
         const __m512 x = _mm512_loadu_ps(c + d);
-        bad |= nonfinite16(x);
+        *bad |= nonfinite16(x);
         _mm512_storeu_ps(y + d, _mm512_mul_ps(x, x));
     }
-    int n = 512;
     for (; n >= 32; n >>= 1) /* y[i] = y[2i] + y[2i + 1], in place: a block is read before it is written */
         for (int i = 0; i < n / 2; i += 16) {
             const __m512 lo = _mm512_loadu_ps(y + 2 * i), hi = _mm512_loadu_ps(y + 2 * i + 16);
@@ -91,11 +89,40 @@ AVX512 int kvc_cpu_finalize_avx512(const float *c, float *y, const uint16_t *w, 
         }
     for (; n > 1; n >>= 1)
         for (int i = 0; i < n / 2; i++) y[i] = KVC_ADD(y[2 * i], y[2 * i + 1]);
-    const __m512 rr = _mm512_set1_ps(kvc_rms_scale(y[0], eps));
+    return y[0];
+}
+
+/* y = (c * rr) * w of dims d .. d + 15 (kvc_rms_apply) */
+AVX512_INLINE __m512 rms_apply16(const float *c, const uint16_t *w, int d, __m512 rr) {
+    const __m512i wb = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(w + d)));
+    return _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(c + d), rr), _mm512_castsi512_ps(_mm512_slli_epi32(wb, 16)));
+}
+
+/* RoPE of pairs j .. j + 15 whose dims are the 32 lanes of lo, hi (pair k:
+ * lanes 2k, 2k + 1): u' in *uo, w' in *wo, pair by pair (kvc_rope) */
+AVX512_INLINE void rope16(__m512 lo, __m512 hi, const float *cs, int j, int interleaved, __m512 *uo, __m512 *wo) {
+    const __m512i even = _mm512_loadu_si512(kEven), odd = _mm512_loadu_si512(kOdd);
+    const __m512 u = _mm512_permutex2var_ps(lo, even, hi), v = _mm512_permutex2var_ps(lo, odd, hi);
+    __m512 cj, sj;
+    if (interleaved) {
+        const __m512 a = _mm512_loadu_ps(cs + 2 * j), b = _mm512_loadu_ps(cs + 2 * j + 16);
+        cj = _mm512_permutex2var_ps(a, even, b);
+        sj = _mm512_permutex2var_ps(a, odd, b);
+    } else {
+        cj = _mm512_loadu_ps(cs + j);
+        sj = _mm512_loadu_ps(cs + 32 + j);
+    }
+    *uo = _mm512_sub_ps(_mm512_mul_ps(u, cj), _mm512_mul_ps(v, sj));
+    *wo = _mm512_add_ps(_mm512_mul_ps(v, cj), _mm512_mul_ps(u, sj));
+}
+
+AVX512 int kvc_cpu_finalize_avx512(const float *c, float *y, const uint16_t *w, const float *cs, int interleaved,
+                                   float eps, int fp8, uint8_t *payload, uint8_t *scales) {
+    __mmask16 bad = 0;
+    /* RMSNorm: the balanced pairwise sum of c_d^2, level by level */
+    const __m512 rr = _mm512_set1_ps(kvc_rms_scale(sum_squares16(c, y, 512, &bad), eps));
     for (int d = 0; d < 512; d += 16) {
-        const __m512i wb = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(w + d)));
-        const __m512 yv = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(c + d), rr),
-                                        _mm512_castsi512_ps(_mm512_slli_epi32(wb, 16)));
+        const __m512 yv = rms_apply16(c, w, d, rr);
         bad |= nonfinite16(yv);
         _mm512_storeu_ps(y + d, yv);
     }
@@ -103,19 +130,8 @@ AVX512 int kvc_cpu_finalize_avx512(const float *c, float *y, const uint16_t *w, 
      * bf16 bits of u' (low half) and w' (high half) */
     uint32_t rope[32];
     for (int j = 0; j < 32; j += 16) {
-        const __m512 lo = _mm512_loadu_ps(y + 448 + 2 * j), hi = _mm512_loadu_ps(y + 448 + 2 * j + 16);
-        const __m512 u = _mm512_permutex2var_ps(lo, even, hi), v = _mm512_permutex2var_ps(lo, odd, hi);
-        __m512 cj, sj;
-        if (interleaved) {
-            const __m512 a = _mm512_loadu_ps(cs + 2 * j), b = _mm512_loadu_ps(cs + 2 * j + 16);
-            cj = _mm512_permutex2var_ps(a, even, b);
-            sj = _mm512_permutex2var_ps(a, odd, b);
-        } else {
-            cj = _mm512_loadu_ps(cs + j);
-            sj = _mm512_loadu_ps(cs + 32 + j);
-        }
-        const __m512 uo = _mm512_sub_ps(_mm512_mul_ps(u, cj), _mm512_mul_ps(v, sj));
-        const __m512 wo = _mm512_add_ps(_mm512_mul_ps(v, cj), _mm512_mul_ps(u, sj));
+        __m512 uo, wo;
+        rope16(_mm512_loadu_ps(y + 448 + 2 * j), _mm512_loadu_ps(y + 448 + 2 * j + 16), cs, j, interleaved, &uo, &wo);
         const __m512i h0 = bf16_bits16(uo), h1 = bf16_bits16(wo);
         bad |= nonfinite16(uo) | nonfinite16(wo) | bf16_nonfinite16(h0) | bf16_nonfinite16(h1);
         _mm512_storeu_si512(rope + j, _mm512_or_si512(h0, _mm512_slli_epi32(h1, 16)));
@@ -183,26 +199,11 @@ AVX512 int kvc_cpu_finalize_indexer_avx512(const float *c, float *y, const uint1
                                            uint8_t *scale) {
     const __m512i even = _mm512_loadu_si512(kEven), odd = _mm512_loadu_si512(kOdd);
     __mmask16 bad = 0;
-    for (int d = 0; d < 128; d += 16) {
-        const __m512 x = _mm512_loadu_ps(c + d);
-        bad |= nonfinite16(x);
-        _mm512_storeu_ps(y + d, _mm512_mul_ps(x, x));
-    }
-    int n = 128;
-    for (; n >= 32; n >>= 1)
-        for (int i = 0; i < n / 2; i += 16) {
-            const __m512 lo = _mm512_loadu_ps(y + 2 * i), hi = _mm512_loadu_ps(y + 2 * i + 16);
-            _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi),
-                                                  _mm512_permutex2var_ps(lo, odd, hi)));
-        }
-    for (; n > 1; n >>= 1)
-        for (int i = 0; i < n / 2; i++) y[i] = KVC_ADD(y[2 * i], y[2 * i + 1]);
-    const __m512 rr = _mm512_set1_ps(KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(y[0], KVC_INV128), eps))));
+    const float ss = sum_squares16(c, y, 128, &bad);
+    const __m512 rr = _mm512_set1_ps(KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(ss, KVC_INV128), eps))));
     __m512 x[8];
     for (int k = 0; k < 8; k++) {
-        const __m512i wb = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(w + 16 * k)));
-        x[k] = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(c + 16 * k), rr),
-                             _mm512_castsi512_ps(_mm512_slli_epi32(wb, 16)));
+        x[k] = rms_apply16(c, w, 16 * k, rr);
         bad |= nonfinite16(x[k]);
     }
     /* RoPE on dims 64..127 (vectors 4..7): pairs j .. j + 15 of vectors 4 + 2t, 5 + 2t */
@@ -210,20 +211,8 @@ AVX512 int kvc_cpu_finalize_indexer_avx512(const float *c, float *y, const uint1
     static const int32_t kHi[16] = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     const __m512i ilo = _mm512_loadu_si512(kLo), ihi = _mm512_loadu_si512(kHi);
     for (int t = 0; t < 2; t++) {
-        const int j = 16 * t;
-        const __m512 lo = x[4 + 2 * t], hi = x[5 + 2 * t];
-        const __m512 u = _mm512_permutex2var_ps(lo, even, hi), v = _mm512_permutex2var_ps(lo, odd, hi);
-        __m512 cj, sj;
-        if (interleaved) {
-            const __m512 a = _mm512_loadu_ps(cs + 2 * j), b = _mm512_loadu_ps(cs + 2 * j + 16);
-            cj = _mm512_permutex2var_ps(a, even, b);
-            sj = _mm512_permutex2var_ps(a, odd, b);
-        } else {
-            cj = _mm512_loadu_ps(cs + j);
-            sj = _mm512_loadu_ps(cs + 32 + j);
-        }
-        const __m512 uo = _mm512_sub_ps(_mm512_mul_ps(u, cj), _mm512_mul_ps(v, sj));
-        const __m512 wo = _mm512_add_ps(_mm512_mul_ps(v, cj), _mm512_mul_ps(u, sj));
+        __m512 uo, wo;
+        rope16(x[4 + 2 * t], x[5 + 2 * t], cs, 16 * t, interleaved, &uo, &wo);
         x[4 + 2 * t] = _mm512_permutex2var_ps(uo, ilo, wo);
         x[5 + 2 * t] = _mm512_permutex2var_ps(uo, ihi, wo);
     }
