@@ -51,6 +51,7 @@ typedef struct cl_entry {
     cl_kernel slice[2]; /* C = 128 / 256 / 512 (kvc_slice.cl): any stride, 1024 */
     cl_kernel finish;   /* after slice[]: one group per output            */
     cl_kernel general;  /* kvc_general.h: head width 128, bf16 state, score bias */
+    size_t general_wg;  /* its largest work-group on this device (it needs head_dim) */
     cl_uint units;     /* compute units                                  */
 } cl_entry;
 
@@ -252,7 +253,12 @@ static kvc_status entry_make_locked(cl_context ctx, cl_device_id dev, cl_entry *
         clReleaseProgram(prog);
         return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "OpenCL: no host memory for a program entry");
     }
-    *e = (cl_entry){{NULL, {ctx, dev, NULL}, 0, 0}, ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish, general, units};
+    size_t general_wg = 0;
+    if (clGetKernelWorkGroupInfo(general, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof general_wg, &general_wg, NULL) !=
+        CL_SUCCESS)
+        general_wg = 0;
+    *e = (cl_entry){{NULL, {ctx, dev, NULL}, 0, 0}, ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish,
+                    general, general_wg, units};
     clRetainContext(ctx);
     *out = e;
     return KVC_OK;
@@ -436,6 +442,11 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     }
     if (kvc_needs_general(a)) { /* kvc_general.h: one group of head_dim work-items per output */
         if ((st = zero_status(q, status)) != KVC_OK) return st;
+        if (ent->general_wg < (size_t)a->head_dim)
+            return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "OpenCL device: work-groups of at most %zu work-items "
+                            "for the general kernel, head_dim = %lld needs %lld (head width 128 or a bf16 state "
+                            "or score bias at 512)", ent->general_wg, (long long)a->head_dim,
+                            (long long)a->head_dim);
         /* (the workspace arguments are unused: any buffers) */
         if ((st = grow(ent->ctx, &ws->states, &ws->states_bytes, 16, "chunk-state")) != KVC_OK ||
             (st = grow(ent->ctx, &ws->tickets, &ws->tickets_bytes, 16, "ticket")) != KVC_OK)
