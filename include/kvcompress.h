@@ -46,7 +46,7 @@ extern "C" {
 /* The project's one version source: CMakeLists.txt and pyproject.toml read
  * these three lines. */
 #define KVC_VERSION_MAJOR 0
-#define KVC_VERSION_MINOR 1
+#define KVC_VERSION_MINOR 2
 #define KVC_VERSION_PATCH 0
 #define KVC_VERSION_NUMBER \
     (KVC_VERSION_MAJOR * 10000 + KVC_VERSION_MINOR * 100 + KVC_VERSION_PATCH)

@@ -6,7 +6,7 @@
 #   bench/scripts/ab.sh [-r ROUNDS] [-b BACKEND] [-n NUMERICS] [-x KVC] [-o FILE] \
 #                       -c CASE [-c CASE ...] NAME=DIR[@VAR=VALUE...] ...
 #
-#   NAME=DIR   a build: DIR holds its libkvcompress.so.0 and goes first in
+#   NAME=DIR   a build: DIR holds its libkvcompress.so.0* and goes first in
 #              LD_LIBRARY_PATH ("-": the library the CLI finds by itself);
 #              @VAR=VALUE sets an environment variable for that build only
 #              (e.g. A=-  B=/tmp/bB  C=/tmp/bB@KVC_OPENCL_BUILD_LOG=1)
@@ -36,8 +36,8 @@ fi
 for b in "$@"; do
     case $b in *=*) ;; *) echo "ab.sh: build \"$b\" is not NAME=DIR" >&2; exit 2 ;; esac
     dir=${b#*=}; dir=${dir%%@*}
-    if [ "$dir" != - ] && [ ! -e "$dir/libkvcompress.so.0" ]; then
-        echo "ab.sh: build ${b%%=*}: no libkvcompress.so.0 in $dir" >&2
+    if [ "$dir" != - ] && ! ls "$dir"/libkvcompress.so.0* > /dev/null 2>&1; then
+        echo "ab.sh: build ${b%%=*}: no libkvcompress.so.0* in $dir" >&2
         exit 2
     fi
 done

@@ -26,7 +26,7 @@ D=$PWD/devbin
 G=$PWD/tests/data/golden
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-# LIB=DIR: a variant build of the library (its libkvcompress.so.0) before devbin/lib
+# LIB=DIR: a variant build of the library (its libkvcompress.so.0*) before devbin/lib
 export LD_LIBRARY_PATH=${LIB:+$LIB:}$D/lib:${LD_LIBRARY_PATH:-}
 [ -e /usr/local/nvidia/lib64/libnvidia-opencl.so.1 ] &&
   mkdir -p /etc/OpenCL/vendors && echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > /etc/OpenCL/vendors/nvidia.icd

@@ -3,6 +3,7 @@
 Finds libkvcompress in this order: $KVCOMPRESS_LIB, the package folder (a
 wheel bundles it there), the source tree's build folders."""
 import ctypes
+import glob
 import os
 
 i64 = ctypes.c_int64
@@ -82,8 +83,10 @@ def _candidates():
     if env:
         yield env
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("libkvcompress.so", "libkvcompress.so.0", "libkvcompress.dylib"):
+    for name in ("libkvcompress.so", "libkvcompress.dylib"):
         yield os.path.join(here, name)
+    for name in sorted(glob.glob(os.path.join(here, "libkvcompress.so.*"))):  # a soname link alone
+        yield name
     root = os.path.dirname(os.path.dirname(here))
     for build in ("build", "build-cuda", "build-py"):
         yield os.path.join(root, build, "libkvcompress.so")
