@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvc_check.h"
 #include "kvc_kit.h"
 #include "kvcompress.h"
 #include "test_util.h"
@@ -50,37 +51,80 @@ int main(void) {
     /* the general kernel: head width 128 (both formats, rotation), bias, bf16; a NaN in one window */
     static const char *const general[] = {
         "reqs=2,tokens=64,C=4,block=4,overlap=1,format=indexer_fp8,layout=shuffle",
+        "reqs=1,tokens=60,C=4,block=4,overlap=1,format=indexer_fp8", /* 15 outputs: a part-filled group, a padding one */
         "reqs=1,tokens=64,C=4,block=4,overlap=1,format=indexer_mxfp4,rotate=1",
         "reqs=1,tokens=48,C=12,block=7,format=indexer_mxfp4,bias=1,state=bf16,kv_block=8",
         "reqs=1,tokens=32,C=16,block=8,format=fp8,bias=1,kv_block=2",
         "reqs=2,tokens=64,C=4,block=4,overlap=1,format=int8,state=bf16,cos_sin=interleaved"};
     for (size_t i = 0; i < sizeof general / sizeof general[0]; i++) {
+        kvc_case_params p;
         kvc_case c;
-        uint8_t *cpu = NULL;
         char msg[256] = "";
-        int bad = kvc_kit_case_with_cpu(general[i], &c, &cpu, msg, sizeof msg) != 0;
+        int bad = kvc_kit_parse_spec(general[i], &p, msg, sizeof msg) != 0 || kvc_case_generate(&p, 1, &c) != KVC_OK;
         if (!bad) {
-            if (i == 0) c.state_cache[0] = NAN; /* (the bf16 copy, if any, is the generator's) */
-            if (i == 0) {
-                free(cpu); /* the CPU bytes again, with the NaN */
-                kvc_exec ex;
-                kvc_exec_init(&ex);
-                ex.backend = KVC_BACKEND_CPU;
-                bad = kvc_compress(&c.args, &ex, NULL) != KVC_OK;
-                cpu = calloc((size_t)c.args.num_outputs * 584 + 1, 1);
-                if (!bad) kvc_kit_output_rows(&c.args, &c, c.kv_cache, cpu);
-            }
-            memset(c.kv_cache, 0x6B, c.kv_cache_bytes);
-            kvc_report rep;
-            bad = bad || kvc_kit_opencl_run(&c.args, &rep, NULL) != KVC_OK || rep.outputs_written != c.args.num_outputs;
-            uint8_t *got = calloc((size_t)c.args.num_outputs * 584 + 1, 1);
-            if (!bad) kvc_kit_output_rows(&c.args, &c, c.kv_cache, got);
-            bad = bad || memcmp(got, cpu, (size_t)(c.args.num_outputs * kvc_slot_bytes(c.args.nope_format))) != 0;
-            free(got);
+            if (i == 0) c.state_cache[0] = NAN;
+            if (i == 1) c.kv_slot_mapping[c.boundary_token_indices[5]] = -1;
+            /* the CPU and the device on the same poison: every byte of the two caches equal */
+            uint8_t *want = malloc(c.kv_cache_bytes);
+            kvc_kit_poison(want, c.kv_cache_bytes, 77 + i);
+            kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, 77 + i);
+            kvc_args ref = c.args;
+            ref.kv_cache = want;
+            kvc_exec ex;
+            kvc_exec_init(&ex);
+            ex.backend = KVC_BACKEND_CPU;
+            kvc_report rc, rg;
+            bad = kvc_compress(&ref, &ex, &rc) != KVC_OK || kvc_kit_opencl_run(&c.args, &rg, NULL) != KVC_OK ||
+                  rc.outputs_written != rg.outputs_written || rc.outputs_padding != rg.outputs_padding ||
+                  rc.outputs_nonfinite != rg.outputs_nonfinite || memcmp(want, c.kv_cache, c.kv_cache_bytes) != 0;
+            if (!bad) snprintf(msg, sizeof msg, "(%lld written, %lld padding, %lld non-finite)",
+                               (long long)rg.outputs_written, (long long)rg.outputs_padding,
+                               (long long)rg.outputs_nonfinite);
+            free(want);
             kvc_case_free(&c);
         }
-        free(cpu);
         printf("%-4s general %s %s\n", bad ? "FAIL" : "ok", general[i], msg);
+        failed += bad;
+    }
+    /* a bad physical block in one output of a group of the general kernel: that output is skipped and
+     * reported, the other outputs of its group written as the CPU writes them */
+    {
+        kvc_case_params p;
+        kvc_case c;
+        char msg[256] = "";
+        int bad = kvc_kit_parse_spec("reqs=1,tokens=64,C=4,block=4,overlap=1,format=indexer_fp8", &p, msg,
+                                     sizeof msg) != 0 ||
+                  kvc_case_generate(&p, 1, &c) != KVC_OK;
+        if (!bad) {
+            uint8_t *want = malloc(c.kv_cache_bytes);
+            kvc_kit_poison(want, c.kv_cache_bytes, 91);
+            kvc_kit_poison(c.kv_cache, c.kv_cache_bytes, 91);
+            kvc_args ref = c.args;
+            ref.kv_cache = want;
+            bad = kvc_compress(&ref, NULL, NULL) != KVC_OK;
+            /* positions 60..63 (logical block 15): only the window of position 63, output 15, reads them */
+            c.block_table[15] = (int32_t)c.args.num_blocks;
+            kvc_report rg;
+            kvc_device_status ds;
+            const kvc_status st = kvc_kit_opencl_run(&c.args, &rg, &ds);
+            bad = bad || st != KVC_ERROR_INDEX_OUT_OF_RANGE || ds.check != KVC_CHECK_PHYSICAL_BLOCK ||
+                  ds.output != 15 || ds.value != c.args.num_blocks || rg.outputs_written != 15 ||
+                  ds.outputs_invalid != 1;
+            /* slot 15 keeps its poison; every other byte is the CPU's */
+            uint8_t *poison = malloc(c.kv_cache_bytes);
+            kvc_kit_poison(poison, c.kv_cache_bytes, 91);
+            for (size_t b = 0; !bad && b < c.kv_cache_bytes; b++) {
+                const int64_t in = (int64_t)b % c.args.page_stride, S = c.args.kv_block_size;
+                const int in15 = (in >= 15 * 128 && in < 16 * 128) || (in >= S * 128 + 15 * 4 && in < S * 128 + 16 * 4);
+                bad = c.kv_cache[b] != (in15 ? poison[b] : want[b]);
+            }
+            snprintf(msg, sizeof msg, "(status %s, check %d, output %lld, %lld written)", kvc_status_string(st),
+                     ds.check, (long long)ds.output, (long long)rg.outputs_written);
+            free(poison);
+            free(want);
+            kvc_case_free(&c);
+        }
+        printf("%-4s general, a bad block in one output of a group %s\n", bad ? "FAIL" : "ok", msg);
         failed += bad;
     }
     printf("%s (%d failures)\n", failed ? "FAILED" : "passed", failed);

@@ -27,6 +27,10 @@ enum {
     KVC_CHECK_COUNT = 9
 };
 
+/* The general GPU kernel (kvc_general.h): outputs per group at most (head
+ * width 128: 4 x 128 threads; head width 512: one output a group). */
+#define KVC_GEN_K_MAX 4
+
 /** What the checks resolved for one output. */
 typedef struct kvc_out_info {
     kvc_i64 b;     /* boundary token                                   */

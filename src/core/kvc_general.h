@@ -5,8 +5,11 @@
  * rotation), a bf16 state or a score bias (SPEC 10) -- with head width 128
  * or 512, any window, any format.
  *
- * One group (CTA / work-group) of D threads per output, thread d holding
- * dimension d: it walks the window in token order, segment by segment, and
+ * One group (CTA / work-group) of K x D threads for K outputs (K =
+ * KVC_GEN_K_MAX at head width 128 where the device allows, else 1: windows
+ * of one segment, the indexer's, are too short to fill a group alone), the
+ * D threads of output k holding its dimensions and its scratch sc[k];
+ * thread d of an output walks the window in token order, segment by segment, and
  * combines the segment states in the canonical tree with a binary counter
  * (kvc_check.h's KVC_TREE_PUSH), so its window sum c_d is SPEC 3's; then
  * the D threads finalise the slot together, each step one canonical
@@ -37,7 +40,7 @@
 
 #define KVC_GEN_STACK 48 /* tree levels: any window of < 2^47 segments */
 
-/** A group's local memory. */
+/** One output's local memory (a group holds KVC_GEN_K_MAX of them). */
 typedef struct kvc_gen_scratch {
     float x[512];      /* the finaliser's values, sums and maxima          */
     kvc_u8 code[128];  /* INDEXER_MXFP4: each dim's e2m1 code              */

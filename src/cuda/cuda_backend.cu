@@ -113,31 +113,35 @@ namespace kvc_cuda_d2f {
 namespace ks = kvc_cuda_d2; /* the one-segment kernel's constants */
 
 /* The general kernel (kvc_general.h): head width 128, a bf16 state or a
- * score bias.  One CTA of head_dim threads per output; EXACT or FAST. */
+ * score bias.  A CTA of P.pl.small_k x head_dim threads for P.pl.small_k
+ * outputs (4 at head width 128, else 1); EXACT or FAST.  The threads of a
+ * skipped output stay for the CTA's barriers and write nothing. */
 __global__ void __launch_bounds__(512) general_kernel(const launch_params P) {
-    __shared__ kvc_gen_scratch sc;
+    __shared__ kvc_gen_scratch scs[KVC_GEN_K_MAX];
     const kvc_args &a = P.a;
     const kvc_shape sh = kvc_shape_of(&a);
-    const int d = threadIdx.x;
-    const long long o = blockIdx.x;
+    const int D = (int)a.head_dim, k = threadIdx.x / D, d = threadIdx.x % D;
+    kvc_gen_scratch *sc = &scs[k];
+    const long long o = (long long)blockIdx.x * P.pl.small_k + k;
     kvc_out_info inf;
-    if (ks::skip_output(P, kvc_check_output(&a, o, &inf, 0), o, inf, d == 0)) return;
-    if (d == 0) sc.bad_row = 0;
+    inf.r = inf.p = inf.pc = inf.slot = 0;
+    const int live = o < a.num_outputs && !ks::skip_output(P, kvc_check_output(&a, o, &inf, 0), o, inf, d == 0);
+    if (d == 0) sc->bad_row = 0;
     __syncthreads();
-    const float c = kvc_gen_reduce(&sh, a.state_cache, a.block_table + inf.r * a.block_table_stride, a.score_bias,
-                                   inf.p, d, a.numerics == KVC_NUMERICS_FAST, &sc);
+    const float c = live ? kvc_gen_reduce(&sh, a.state_cache, a.block_table + inf.r * a.block_table_stride,
+                                          a.score_bias, inf.p, d, a.numerics == KVC_NUMERICS_FAST, sc)
+                         : 0.0f;
     __syncthreads();
-    if (sc.bad_row) {
-        if (d == 0) {
-            ks::record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, sc.bad_g);
-            ks::count(&P.status->outputs_invalid);
-        }
-        return;
+    const int ok = live && !sc->bad_row;
+    if (live && !ok && d == 0) {
+        ks::record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, sc->bad_g);
+        ks::count(&P.status->outputs_invalid);
     }
-    const ks::kv_slot at = ks::slot_at(P, inf.slot);
-    const int bad = kvc_gen_finalize(&sh, c, d, 1, a.rms_norm_weight, a.cos_sin_cache + inf.pc * a.cos_sin_stride,
-                                     a.kv_cache + at.po, a.kv_cache + at.so, &sc);
-    if (d == 0) {
+    ks::kv_slot at = {0, 0};
+    if (ok) at = ks::slot_at(P, inf.slot);
+    const int bad = kvc_gen_finalize(&sh, c, d, ok, a.rms_norm_weight, a.cos_sin_cache + inf.pc * a.cos_sin_stride,
+                                     a.kv_cache + at.po, a.kv_cache + at.so, sc);
+    if (ok && d == 0) {
         ks::count(&P.status->outputs_written);
         if (bad) ks::count(&P.status->outputs_nonfinite);
     }
@@ -571,7 +575,9 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     if (general) {
         if (nout > 0x7FFFFFFFLL)
             return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs = %lld exceeds the CUDA grid", nout);
-        general_kernel<<<(unsigned)nout, (unsigned)a->head_dim, 0, stream>>>(P);
+        P.pl.small_k = a->head_dim == 128 ? KVC_GEN_K_MAX : 1; /* outputs per CTA */
+        const long long ctas = (nout + P.pl.small_k - 1) / P.pl.small_k;
+        general_kernel<<<(unsigned)ctas, (unsigned)(P.pl.small_k * a->head_dim), 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }

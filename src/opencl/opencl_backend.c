@@ -442,6 +442,9 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     }
     if (kvc_needs_general(a)) { /* kvc_general.h: one group of head_dim work-items per output */
         if ((st = zero_status(q, status)) != KVC_OK) return st;
+        /* head width 128: up to KVC_GEN_K_MAX outputs a group, as the device's work-groups allow */
+        long long k = a->head_dim == 128 ? (long long)(ent->general_wg / 128) : 1;
+        k = k > KVC_GEN_K_MAX ? KVC_GEN_K_MAX : k;
         if (ent->general_wg < (size_t)a->head_dim)
             return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "OpenCL device: work-groups of at most %zu work-items "
                             "for the general kernel, head_dim = %lld needs %lld (head width 128 or a bf16 state "
@@ -452,7 +455,9 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
             (st = grow(ent->ctx, &ws->tickets, &ws->tickets_bytes, 16, "ticket")) != KVC_OK)
             return st;
         const kvc_shape sh = kvc_shape_of(a);
-        const kvc_plan pl = {0};
+        kvc_plan pl = {0};
+        pl.small_k = k; /* outputs per group */
+        pl.groups = (a->num_outputs + k - 1) / k;
         const cl_mem bufs[13] = {(cl_mem)(void *)a->state_cache, (cl_mem)(void *)a->token_to_req,
                                  (cl_mem)(void *)a->positions, (cl_mem)(void *)a->kv_slot_mapping,
                                  (cl_mem)(void *)a->boundary_token_indices, (cl_mem)(void *)a->block_table,
@@ -460,7 +465,7 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
                                  (cl_mem)(void *)a->kv_cache, status, ws->states, ws->tickets,
                                  /* no score bias: any buffer (the kernel reads it only with a stride) */
                                  (cl_mem)(void *)(a->score_bias ? a->score_bias : a->state_cache)};
-        return enqueue(q, ent->general, &sh, &pl, bufs, 13, a->num_outputs, (size_t)a->head_dim);
+        return enqueue(q, ent->general, &sh, &pl, bufs, 13, pl.groups, (size_t)(k * a->head_dim));
     }
 
     /* the CUDA backend's chunk policy: about one wave of work-groups,
