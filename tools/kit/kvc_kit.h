@@ -124,14 +124,15 @@ void *kvc_kit_opencl_queue_of(void **ctx, void **dev);
 void kvc_kit_opencl_use(void *ctx, void *queue);
 
 /**
- * The nine tensors of `a` in kvc_args order (state_cache, token_to_req,
- * positions, kv_slot_mapping, boundary_token_indices, block_table,
- * rms_norm_weight, cos_sin_cache, kv_cache) with the bytes each spans, as
- * its sizes and strides declare (0 strides = contiguous).  For copying host
- * args to a device.
+ * The KVC_KIT_TENSORS tensors of `a` in kvc_args order (state_cache,
+ * token_to_req, positions, kv_slot_mapping, boundary_token_indices,
+ * block_table, rms_norm_weight, cos_sin_cache, score_bias, kv_cache) with
+ * the bytes each spans, as its sizes, strides and element types declare (0
+ * strides = contiguous; an absent score_bias: NULL, 0 bytes).  For copying
+ * host args to a device.
  */
 void kvc_kit_tensors(const kvc_args *a, const void *ptrs[KVC_KIT_TENSORS], size_t bytes[KVC_KIT_TENSORS]);
-/** Point the nine tensor fields of `a` (same order) at ptrs (device pointers or cl_mem handles). */
+/** Point the tensor fields of `a` (same order) at ptrs (device pointers or cl_mem handles). */
 void kvc_kit_rebind(kvc_args *a, void *const ptrs[KVC_KIT_TENSORS]);
 
 /**
