@@ -1,7 +1,7 @@
 /*
  * test_cuda_fast -- SPEC 8's FAST mode on the CUDA backend, on kvc-rand
  * cases (the golden cases are test_golden numerics=fast):
- *   - conformance (SPEC 4 / 7) to the CPU backend's exact bytes;
+ *   - conformance (SPEC 4 / 7; 9 for the indexer formats) to the CPU backend's exact bytes;
  *   - run-to-run identity: the same call twice gives the same bytes;
  *   - batch invariance: the outputs in reverse order, and every third one
  *     alone, give each output the same bytes as the full call;
@@ -23,6 +23,10 @@ static const char *kSpecs[] = {
      * check are smaller calls: same bytes required) */
     "reqs=8,tokens=65536,C=128,block=8",
     "reqs=4,tokens=65536,C=256,block=16,layout=shuffle,format=fp8",
+    /* the general kernel (SPEC 9 / 10) */
+    "reqs=4,tokens=8192,C=4,block=4,overlap=1,format=indexer_fp8",
+    "reqs=2,tokens=4096,C=4,block=4,overlap=1,format=indexer_mxfp4,rotate=1,layout=shuffle",
+    "reqs=2,tokens=8192,C=128,block=8,kv_block=2,format=fp8,bias=1,state=bf16",
 };
 #define NCASES (int)(sizeof kSpecs / sizeof kSpecs[0])
 
@@ -52,11 +56,11 @@ static kvc_numerics run(dev_case *x, kvc_numerics mode, const int64_t *bidx, int
     }
     TC_CHECK(cudaMemcpy(x->got, x->d.kv_cache, x->bytes[KVC_KIT_KV], cudaMemcpyDeviceToHost));
     cudaFree(d_bidx);
-    /* rows in the order of bidx */
+    /* rows in the order of bidx (584, 132 or 68 bytes each) */
     kvc_args t = x->host.args;
     t.kv_cache = x->got;
-    for (int64_t o = 0; o < n; o++)
-        kvc_kit_slot_row(&t, x->host.kv_slot_mapping[bidx[o]], rows + o * KVC_SLOT_BYTES);
+    const int64_t sb = kvc_slot_bytes(t.nope_format);
+    for (int64_t o = 0; o < n; o++) kvc_kit_slot_row(&t, x->host.kv_slot_mapping[bidx[o]], rows + o * sb);
     return rep.numerics;
 }
 
@@ -70,7 +74,8 @@ int main(void) {
         dev_case x;
         if (tc_make(kSpecs[c], &x)) return 1;
         const int64_t n = x.host.args.num_outputs;
-        const size_t rb = (size_t)n * KVC_SLOT_BYTES;
+        const int64_t SB = kvc_slot_bytes(x.host.args.nope_format);
+        const size_t rb = (size_t)(n * SB);
         uint8_t *full = (uint8_t *)malloc(rb), *again = (uint8_t *)malloc(rb), *part = (uint8_t *)malloc(rb);
         int64_t *bidx = (int64_t *)malloc((size_t)n * 8);
         const int64_t *b0 = x.host.boundary_token_indices;
@@ -92,7 +97,7 @@ int main(void) {
             for (int64_t o = 0; o < n; o++) bidx[o] = b0[n - 1 - o];
             run(&x, KVC_NUMERICS_FAST, bidx, n, part);
             for (int64_t o = 0; o < n && !bad; o++)
-                if (memcmp(part + o * KVC_SLOT_BYTES, full + (n - 1 - o) * KVC_SLOT_BYTES, KVC_SLOT_BYTES))
+                if (memcmp(part + o * SB, full + (n - 1 - o) * SB, (size_t)SB))
                     snprintf(msg, sizeof msg, "output %lld differs when the outputs are reversed", (long long)(n - 1 - o)),
                         bad = 1;
         }
@@ -101,7 +106,7 @@ int main(void) {
             for (int64_t o = 1; o < n; o += 3) bidx[m++] = b0[o];
             run(&x, KVC_NUMERICS_FAST, bidx, m, part);
             for (int64_t k = 0; k < m && !bad; k++)
-                if (memcmp(part + k * KVC_SLOT_BYTES, full + (1 + 3 * k) * KVC_SLOT_BYTES, KVC_SLOT_BYTES))
+                if (memcmp(part + k * SB, full + (1 + 3 * k) * SB, (size_t)SB))
                     snprintf(msg, sizeof msg, "output %lld differs in a batch of every third output", (long long)(1 + 3 * k)),
                         bad = 1;
         }
