@@ -210,7 +210,7 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
     may be float32 or bfloat16 (torch.bfloat16, ml_dtypes.bfloat16)."""
     fmt = _kv_format(kv_format, nope_format)
     head_dim = 128 if fmt >= 2 else 512
-    slot_bytes = _lib.SLOT_BYTES[fmt]
+    slot_bytes = _L.kvc_slot_bytes(fmt)
     st = _View("state_cache", state_cache, ("float32", "bfloat16"), 3)
     t2r = _index_1d("token_to_req", token_to_req, ("int32",))
     pos = _index_1d("positions", positions, ("int64",))

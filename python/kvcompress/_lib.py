@@ -74,7 +74,6 @@ class Case(ctypes.Structure):
 BACKENDS = {"auto": 0, "cpu": 1, "cuda": 2, "opencl": 3}
 NOPE_FORMATS = {"int8": 0, "fp8": 1, "fp8_e4m3": 1, "indexer_fp8": 2, "indexer_mxfp4": 3}
 FORMAT_NAMES = {0: "int8", 1: "fp8", 2: "indexer_fp8", 3: "indexer_mxfp4"}
-SLOT_BYTES = {0: 584, 1: 584, 2: 132, 3: 68}  # per kvc_nope_format value (kvc_slot_bytes)
 COS_SIN_LAYOUTS = {"split": 0, "interleaved": 1}
 
 
@@ -112,6 +111,8 @@ def load():
     lib.kvc_status_string.restype = ctypes.c_char_p
     lib.kvc_last_error_message.restype = ctypes.c_char_p
     lib.kvc_version_string.restype = ctypes.c_char_p
+    lib.kvc_slot_bytes.argtypes = [ctypes.c_int]  # a format's slot bytes: 584, 132 or 68
+    lib.kvc_slot_bytes.restype = ctypes.c_int64
     lib.kvc_args_init.argtypes = [ctypes.POINTER(Args)]
     lib.kvc_exec_init.argtypes = [ctypes.POINTER(Exec)]
     lib.kvc_backend_available.argtypes = [ctypes.c_int]

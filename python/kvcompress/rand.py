@@ -186,7 +186,7 @@ def slot_rows(kv_cache, num_outputs, kv_block_size=64, kv_format="int8"):
     for the indexer formats) of slots 0..n-1."""
     kv = np.asarray(kv_cache)
     S = kv_block_size
-    sb = _lib.SLOT_BYTES[_lib.NOPE_FORMATS[kv_format]]
+    sb = _L.kvc_slot_bytes(_lib.NOPE_FORMATS[kv_format])
     pb = {584: 576, 132: 128, 68: 64}[sb]
     rows = np.empty((num_outputs, sb), np.uint8)
     for o in range(num_outputs):

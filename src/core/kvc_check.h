@@ -114,6 +114,14 @@ KVC_FN kvc_i64 kvc_window_row(kvc_i64 p, kvc_i64 C, int overlap, int D, kvc_i64 
 /** Score half - value half of a window row, in elements (kvc_window_row's so - vo). */
 KVC_FN kvc_i64 kvc_score_delta(int overlap, int D) { return overlap ? 2 * D : D; }
 
+/** Element offset in score_bias (row stride `stride`) of the bias row a
+ * window row of position pos and score-half offset so (kvc_window_row)
+ * adds to its scores: row pos mod C, from the score's index in the row's
+ * score half (SPEC 10). */
+KVC_FN kvc_i64 kvc_bias_offset(kvc_i64 pos, kvc_i64 C, kvc_i64 stride, int so, int overlap, int D) {
+    return (pos % C) * stride + (so - kvc_score_delta(overlap, D));
+}
+
 /**
  * The one row lookup of every backend: window row i of the output at
  * boundary position p whose request's block-table row is trow.  @return the

@@ -81,7 +81,7 @@ KVC_GEN_FN void kvc_gen_row(const kvc_shape *sh, KVC_GLOBAL const float *st, KVC
     *v = kvc_gen_elem(st, (int)sh->state_bf16, base + vo + d);
     *s = kvc_gen_elem(st, (int)sh->state_bf16, base + so + d);
     if (bias)
-        *s = KVC_ADD(*s, bias[(pos % sh->compress_ratio) * sh->score_bias_stride + (so - kvc_score_delta(ovl, D)) + d]);
+        *s = KVC_ADD(*s, bias[kvc_bias_offset(pos, sh->compress_ratio, sh->score_bias_stride, so, ovl, D) + d]);
 }
 
 /* The segment step and merge: SPEC 3's, or with fast (CUDA; SPEC 8's FAST

@@ -98,6 +98,10 @@ void kvc_cpu_force_isa(int isa) { g_force = isa; }
 #else
 static const int g_force = KVC_CPU_ISA_AUTO;
 #endif
+#if KVC_CPU_AVX512
+/* The AVX-512F forms run (the segment loops, the finalisers): the CPU has it, no test forces another form. */
+static inline int avx512_on(void) { return g_avx512 && g_force == KVC_CPU_ISA_AUTO; }
+#endif
 static void init_masked(void) {
     for (int d = 0; d < D; d++) g_masked_s[d] = -INFINITY;
     for (int d = 0; d < D; d++) g_masked_s16[d] = 0xFF80u; /* bf16 -Inf */
@@ -267,13 +271,6 @@ __attribute__((target("avx512f"), always_inline)) static inline void store_split
     _mm512_mask_storeu_ps(p + nd - 16, tm, v);
 }
 
-/* seg_reduce8 in AVX-512F: the same prefetches, spread through the
- * block's arithmetic (seg16), and each block's merges in registers
- * (merge16).  Rows that all start h dims before a line boundary (numpy's
- * and malloc's large buffers start 16 bytes into a page) are read in whole
- * lines: dims [h, h + 496) as 31 line-aligned vectors, and dims [0, h) with
- * [496 + h, 512) as one vector of two masked loads, so that no load spans
- * two lines. */
 /* 16 elements of a row from element b: binary32, or bf16 bits widened
  * (SPEC 10: exact). */
 __attribute__((target("avx512f"), always_inline)) static inline __m512 load16(const float *row, int b, int bf16) {
@@ -282,9 +279,15 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 load16(co
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* The body of the AVX-512F segment loops: bf16 (a constant where it is
- * inlined): rows of bf16 bits; br: each score row's score_bias row (SPEC 10;
- * zeros for a masked row), or NULL.  Such rows are read unaligned (h = 0). */
+/* seg_reduce8 in AVX-512F: the same prefetches, spread through the
+ * block's arithmetic (seg16), and each block's merges in registers
+ * (merge16).  Rows that all start h dims before a line boundary (numpy's
+ * and malloc's large buffers start 16 bytes into a page) are read in whole
+ * lines: dims [h, h + nd - 16) as line-aligned vectors, and dims [0, h)
+ * with [nd - 16 + h, nd) as one vector of two masked loads, so that no load
+ * spans two lines.  bf16 (a constant where this body is inlined): rows of
+ * bf16 bits; br: each score row's score_bias row (SPEC 10; zeros for a
+ * masked row), or NULL.  Such rows are read unaligned (h = 0). */
 __attribute__((target("avx512f"), always_inline)) static inline void seg_reduce8_avx512_body(
     int nd, const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
     const float *const *pfv, seg_state *st, seg_state *const *left, int k, const int bf16,
@@ -369,7 +372,7 @@ static void seg_reduce(int nd, const float *const *vrow, const float *const *sro
                        seg_state *const *left, int k) {
     if (n == KVC_SEG) {
 #if KVC_CPU_AVX512
-        if (g_avx512 && g_force == KVC_CPU_ISA_AUTO) {
+        if (avx512_on()) {
             if (bf16 || br) seg_reduce8_avx512_conv(nd, srow, vrow, pfs, pfv, st, left, k, bf16, br);
             else seg_reduce8_avx512(nd, srow, vrow, pfs, pfv, st, left, k);
             return;
@@ -401,8 +404,8 @@ static void state_result(int nd, const seg_state *restrict st, float *restrict c
 /* A window row as binary32 rows in a thread's staging rows (v, s: nd
  * floats each): a bf16 state widened, every score plus its score_bias
  * element (SPEC 10).  off: the element offset of the row's value half;
- * pos, so: its position and score-half offset (kvc_window_row). */
-static void stage_row(const cpu_job *job, int64_t off, int64_t pos, int so, float *restrict v, float *restrict s) {
+ * b: its score_bias row (NULL: none). */
+static void stage_row(const cpu_job *job, int64_t off, const float *b, float *restrict v, float *restrict s) {
     const kvc_args *a = job->a;
     const int nd = job->nd;
     const int64_t sdelta = kvc_score_delta(a->overlap == KVC_OVERLAP_ON, nd);
@@ -414,10 +417,8 @@ static void stage_row(const cpu_job *job, int64_t off, int64_t pos, int so, floa
         memcpy(v, a->state_cache + off, sizeof(float) * (size_t)nd);
         memcpy(s, a->state_cache + off + sdelta, sizeof(float) * (size_t)nd);
     }
-    if (a->score_bias) {
-        const float *b = a->score_bias + (pos % a->compress_ratio) * a->score_bias_stride + (so - sdelta);
+    if (b)
         for (int d = 0; d < nd; d++) s[d] = KVC_ADD(s[d], b[d]);
-    }
 }
 
 /* The rows of output inf's segment sg (the indices were checked by
@@ -441,18 +442,21 @@ static int segment_rows(const cpu_job *job, const kvc_out_info *inf, int64_t row
         kvc_i64 blk;
         const int64_t off = kvc_row_lookup(&job->sh, table_row, inf->p, sg * KVC_SEG + i, &blk);
         if (off >= 0 && job->staged) {
-            int vo, so;
-            const int64_t pos = kvc_window_row(inf->p, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, job->nd,
-                                               sg * KVC_SEG + i, &vo, &so);
+            const float *b = NULL;
+            if (a->score_bias) {
+                int vo, so;
+                const int ovl = a->overlap == KVC_OVERLAP_ON;
+                const int64_t pos = kvc_window_row(inf->p, a->compress_ratio, ovl, job->nd, sg * KVC_SEG + i, &vo, &so);
+                b = a->score_bias + kvc_bias_offset(pos, a->compress_ratio, a->score_bias_stride, so, ovl, job->nd);
+            }
             if (stage_it) {
                 float *sv = stage + (size_t)i * 2 * D;
-                stage_row(job, off, pos, so, sv, sv + D);
+                stage_row(job, off, b, sv, sv + D);
                 v[i] = sv;
                 s[i] = sv + D;
                 continue;
             }
-            if (a->score_bias)
-                br[i] = a->score_bias + (pos % a->compress_ratio) * a->score_bias_stride + (so - sdelta);
+            br[i] = b;
         } else if (*raw) {
             br[i] = g_masked_v; /* a masked row's score stays -Inf: its bias is 0 */
         }
@@ -531,7 +535,7 @@ static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf,
     const float *cs = a->cos_sin_cache + inf->pc * a->cos_sin_stride;
     if (nd == 128) {
 #if KVC_CPU_AVX512
-        if (g_avx512 && g_force == KVC_CPU_ISA_AUTO)
+        if (avx512_on())
             return kvc_cpu_finalize_indexer_avx512(c, y, a->rms_norm_weight, cs,
                                                    a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED, a->rms_norm_eps,
                                                    a->rotate == KVC_ROTATE_HADAMARD, (int)a->nope_format,
@@ -542,7 +546,7 @@ static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf,
                                     a->kv_cache + payload, a->kv_cache + scales);
     }
 #if KVC_CPU_AVX512
-    if (g_avx512 && g_force == KVC_CPU_ISA_AUTO)
+    if (avx512_on())
         return kvc_cpu_finalize_avx512(c, y, a->rms_norm_weight, cs, a->cos_sin_layout == KVC_COS_SIN_INTERLEAVED,
                                        a->rms_norm_eps, a->nope_format == KVC_NOPE_FP8_E4M3, a->kv_cache + payload,
                                        a->kv_cache + scales);
@@ -614,7 +618,7 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     job.nd = (int)a->head_dim;
     job.staged = a->state_dtype == KVC_STATE_BFLOAT16 || a->score_bias != NULL;
 #if KVC_CPU_AVX512
-    job.direct = job.staged && g_avx512 && g_force == KVC_CPU_ISA_AUTO;
+    job.direct = job.staged && avx512_on();
 #else
     job.direct = 0;
 #endif

@@ -453,6 +453,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     const kvc_plan_policy pol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, KVC_CUDA_MAX_CH,
                                  (long long)ks::kSmallMinb * sm_count(dev), ks::kSmallK, 0};
     kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &P.pl);
+    if (general) P.pl.nchunk = 1; /* (its own layout below: no chunk states or tickets) */
     const long long nseg = P.pl.nseg;
     /* the slice kernels (cuda_slice.cuh): every call of 16, 32 or 64 full
      * segments (C = 128, 256, 512) without overlap, 8-byte rows (faster than
@@ -487,7 +488,7 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     static_assert(kvc_cuda_d2::kSliceRec == KVC_SLICE_REC, "the slice record of kvc_check.h");
     kvc_ws_plan wp;
     kvc_ws_plan_make(&P.pl, nout, slice, &wp);
-    const size_t st_bytes = 256, tk_bytes = ((size_t)nout * 4 + 255) & ~(size_t)255;
+    const size_t st_bytes = 256, tk_bytes = general ? 0 : ((size_t)nout * 4 + 255) & ~(size_t)255;
     const size_t slice_bad_bytes = ((size_t)wp.slice_bad + 255) & ~(size_t)255;
     const size_t gen_need = slice ? 0 : tk_bytes + (size_t)wp.states;
     const size_t slice_need = slice ? slice_bad_bytes + (size_t)wp.states : 0;
