@@ -279,16 +279,21 @@ static int build_cases(const char *set, const char *layout, uint64_t seed, const
     if (!strcmp(set, "decode")) {
         /* decode steps: B requests x 1 output, each window ending at
          * position 32767 (the state holds only the blocks the windows
-         * read): C4 overlap FP8 (the main compressor of a CSA layer) for B =
-         * 1, 8, 64, 256, 1024, and C128 FP8 with 2 slots a page (HCA) for B
-         * = 8, 64, 256.  (The indexer's rows come with its formats.) */
+         * read): a CSA layer's two compressors, C4 overlap -- the main one
+         * (FP8) and the indexer's (head width 128, INDEXER_FP8 and
+         * INDEXER_MXFP4) -- for B = 1, 8, 64, 256, 1024, and C128 FP8 with
+         * 2 slots a page (HCA) for B = 8, 64, 256 */
         static const long long dc[8][2] = {{4, 1}, {4, 8}, {4, 64}, {4, 256}, {4, 1024}, {128, 8}, {128, 64}, {128, 256}};
+        static const kvc_nope_format df[3] = {KVC_NOPE_FP8_E4M3, KVC_INDEXER_FP8, KVC_INDEXER_MXFP4};
         for (int l = 0; l < nl; l++)
-            for (int i = 0; i < 8; i++) {
-                engine_case(&p, dc[i][1], dc[i][1] * dc[i][0], dc[i][0], 32768 - dc[i][0], layouts[l],
-                            seed + (uint64_t)i);
-                n = add_case(list, n, cap, &p);
-            }
+            for (int f = 0; f < 3; f++)
+                for (int i = 0; i < (f ? 5 : 8); i++) {
+                    engine_case(&p, dc[i][1], dc[i][1] * dc[i][0], dc[i][0], 32768 - dc[i][0], layouts[l],
+                                seed + (uint64_t)(8 * f + i));
+                    p.nope_format = df[f];
+                    p.head_dim = f ? 128 : 0;
+                    n = add_case(list, n, cap, &p);
+                }
         return n;
     }
     if (!strcmp(set, "golden")) {

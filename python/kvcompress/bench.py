@@ -19,10 +19,13 @@ import sys
 
 import numpy as np
 
+from . import _L, _lib
+
 HEADLINE = [(1, 8192), (4, 32768), (8, 65536), (8, 131072)]
 # the decode set of `kvcompress bench --cases decode`: (C, requests) with one
 # output a request at position 32767; C4: overlap FP8, block 4, 64 slots a
-# page; C128: FP8, block 8, 2 slots a page
+# page; C128: FP8, block 8, 2 slots a page.  The C4 rows also run as the
+# indexer's compressor (INDEXER_FP8, INDEXER_MXFP4)
 DECODE = [(4, 1), (4, 8), (4, 64), (4, 256), (4, 1024), (128, 8), (128, 64), (128, 256)]
 
 
@@ -129,19 +132,22 @@ def decode_main(args):
     print(f"{'case':28} {'layout':8} {'kvc_us':>9} {'floor_us':>9} {'x_floor':>8}")
     rows = []
     for layout in layouts:
-        for i, (C, reqs) in enumerate(DECODE):
-            c4 = C == 4
-            kw = dict(nope_format="fp8", overlap=c4, kv_block_size=64 if c4 else 2)
-            with generate(reqs, reqs * C, C, 4 if c4 else 8, shuffle=(layout == "shuffle"), seed=1 + i,
-                          first_position=32768 - C, **kw) as case:
-                t = [torch.from_numpy(np.array(x)).cuda() if isinstance(x, np.ndarray) else x for x in case.inputs()]
-                t[5] = t[5].view(torch.bfloat16)
-                us = _time(lambda: kvcompress.c128_256_512_compress(*t, **kw), args.repeat, flush)
-                n = len(case.boundary_token_indices)
-                floor = (n * C * (8192 if c4 else 4096) + n * 584) / (bw * 1e9) * 1e6
-                name = f"dec_r{reqs}_c{C}"
-                rows.append(dict(name=name, layout=layout, kvc_us=us, floor_us=floor, x_floor=us / floor))
-                print(f"{name:28} {layout:8} {us:9.1f} {floor:9.2f} {us / floor:8.2f}", flush=True)
+        for fmt in ("fp8", "indexer_fp8", "indexer_mxfp4"):
+            for i, (C, reqs) in enumerate(DECODE if fmt == "fp8" else [d for d in DECODE if d[0] == 4]):
+                c4 = C == 4
+                kw = dict(kv_format=fmt, overlap=c4, kv_block_size=64 if c4 else 2)
+                with generate(reqs, reqs * C, C, 4 if c4 else 8, shuffle=(layout == "shuffle"), seed=1 + i,
+                              first_position=32768 - C, **kw) as case:
+                    t = [torch.from_numpy(np.array(x)).cuda() if isinstance(x, np.ndarray) else x
+                         for x in case.inputs()]
+                    t[5] = t[5].view(torch.bfloat16)
+                    us = _time(lambda: kvcompress.c128_256_512_compress(*t, **kw), args.repeat, flush)
+                    n = len(case.boundary_token_indices)
+                    slot = _L.kvc_slot_bytes(_lib.NOPE_FORMATS[fmt])
+                    floor = (t[0].element_size() * n * C * t[0].shape[-1] + n * slot) / (bw * 1e9) * 1e6
+                    name = f"dec_r{reqs}_c{C}" + ("" if fmt == "fp8" else "_" + fmt)
+                    rows.append(dict(name=name, layout=layout, kvc_us=us, floor_us=floor, x_floor=us / floor))
+                    print(f"{name:28} {layout:8} {us:9.1f} {floor:9.2f} {us / floor:8.2f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(read_bw_gbs=bw, device=torch.cuda.get_device_name(), cases=rows), f, indent=1)
