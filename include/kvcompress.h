@@ -352,6 +352,31 @@ typedef struct kvc_report {
 KVC_API kvc_status kvc_compress(const kvc_args *args, const kvc_exec *exec,
                                 kvc_report *report);
 
+/** The most argument sets one kvc_compress_many() call takes. */
+#define KVC_MANY_MAX 8
+
+/**
+ * kvc_compress_many() -- n argument sets in one call, e.g. the two
+ * compressors of a DeepSeek-V4 CSA layer (the main one and the indexer's):
+ * the same bytes as n kvc_compress() calls, on one backend and stream.  On
+ * CUDA, sets of decode size run as one kernel launch (graph-capturable, as
+ * every call).
+ *
+ * @param args    n argument sets, each validated as kvc_compress() does; a
+ *                message names the set ("args[1]: ...").  No set may write
+ *                where another set reads or writes (KVC_ERROR_ALIASING), and
+ *                KVC_BACKEND_AUTO must pick the same backend for every set.
+ * @param n       0 .. KVC_MANY_MAX (0: nothing to do).
+ * @param exec    as for kvc_compress().
+ * @param report  optional: the sums over the sets (numerics: FAST only where
+ *                every set computed FAST).
+ * @return KVC_OK or an error status.  CPU backend: every set is checked
+ * before anything is written.  GPU backends: one status word for the call,
+ * its counts summed over the sets, an error's `output` numbered across the
+ * sets in order (set i's output o is num_outputs of the sets before it + o).
+ */
+KVC_API kvc_status kvc_compress_many(const kvc_args *args, int n, const kvc_exec *exec, kvc_report *report);
+
 /**
  * kvc_validate() -- every check of the contract on host-resident arguments
  * (shapes, strides, parameters and every index value), writing nothing.

@@ -47,6 +47,19 @@ static int gen(kvc_case *c, int64_t reqs, int64_t tokens, int64_t C, int64_t bs,
     return st == KVC_OK;
 }
 
+/* The case of a kvc_kit_parse_spec spec. */
+static int gen_spec(kvc_case *c, const char *spec) {
+    kvc_case_params p;
+    char msg[256];
+    if (kvc_kit_parse_spec(spec, &p, msg, sizeof msg) != 0) {
+        TU_CHECK(0, "spec %s: %s", spec, msg);
+        return 0;
+    }
+    kvc_status st = kvc_case_generate(&p, 0, c);
+    TU_CHECK(st == KVC_OK, "generate %s: %s", spec, kvc_last_error_message());
+    return st == KVC_OK;
+}
+
 /* Rows (by output) of the last run. */
 static uint8_t *rows_of(const kvc_args *a) {
     uint8_t *rows = malloc((size_t)a->num_outputs * 584 + 1);
@@ -336,10 +349,20 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
  * C = 128 / 256 run the slice kernels (one chunk per window, or two: chunk
  * states), C = 8 the one-segment-window kernel (several outputs per thread
  * block / work-group). */
-static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_report *, kvc_device_status *),
-                               int64_t C, int64_t bs) {
-    kvc_case c;
+typedef kvc_status (*many_run_fn)(const kvc_args *, int, kvc_report *, kvc_device_status *);
+static void test_device_errors(many_run_fn device_run, int64_t C, int64_t bs, int many) {
+    kvc_case c, e;
     if (!gen(&c, 2, 2 * 1024, C, bs, 1, 31)) return;
+    /* many: the case is the second set of a kvc_compress_many call, after
+     * one of C = 4 with overlap (the one-segment kernel): the error names
+     * output e's outputs + bad_o, the counts are the two sets' */
+    if (many && !gen_spec(&e, "reqs=3,tokens=192,C=4,block=4,overlap=1,layout=shuffle,seed=32")) return;
+    uint8_t *cpu_e = NULL;
+    if (many) {
+        TU_CHECK(kvc_compress(&e.args, NULL, NULL) == KVC_OK, "CPU run of the first set");
+        cpu_e = rows_of(&e.args);
+    }
+    const int64_t base = many ? e.args.num_outputs : 0;
     TU_CHECK(kvc_compress(&c.args, NULL, NULL) == KVC_OK, "CPU run");
     uint8_t *cpu = rows_of(&c.args);
     const int64_t bad_o = C >= 256 ? 7 : 11; /* request 1, its 4th window */
@@ -369,15 +392,21 @@ static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_re
         uint8_t *before = tu_dup(d.kv_cache, d.kv_cache_bytes);
         kvc_device_status ds;
         memset(&ds, 0, sizeof ds);
-        kvc_status st = device_run(&d.args, NULL, &ds);
-        TU_CHECK(st == KVC_ERROR_INDEX_OUT_OF_RANGE, "C=%lld %s: status %s", (long long)C, cases[k].what,
-                 kvc_status_string(st));
-        TU_CHECK(ds.check == cases[k].check && ds.output == bad_o && ds.value == cases[k].value,
+        if (many) kvc_kit_poison(e.kv_cache, e.kv_cache_bytes, 60 + (uint64_t)k);
+        const kvc_args sets[2] = {e.args, d.args};
+        kvc_status st = many ? device_run(sets, 2, NULL, &ds) : device_run(&d.args, 1, NULL, &ds);
+        TU_CHECK(st == KVC_ERROR_INDEX_OUT_OF_RANGE, "C=%lld %s%s: status %s", (long long)C, cases[k].what,
+                 many ? " (many)" : "", kvc_status_string(st));
+        TU_CHECK(ds.check == cases[k].check && ds.output == base + bad_o && ds.value == cases[k].value,
                  "%s: device status check %d output %lld value %lld", cases[k].what, ds.check, (long long)ds.output,
                  (long long)ds.value);
-        TU_CHECK(ds.outputs_invalid == 1 && ds.outputs_written == d.args.num_outputs - 1,
+        TU_CHECK(ds.outputs_invalid == 1 && ds.outputs_written == base + d.args.num_outputs - 1,
                  "%s: invalid %lld written %lld", cases[k].what, (long long)ds.outputs_invalid,
                  (long long)ds.outputs_written);
+        uint8_t *got_e = many ? rows_of(&e.args) : NULL;
+        TU_CHECK(!many || memcmp(got_e, cpu_e, (size_t)e.args.num_outputs * 584) == 0,
+                 "%s: the first set's bytes differ from the CPU", cases[k].what);
+        free(got_e);
         for (int64_t o = 0; o < d.args.num_outputs; o++) {
             uint8_t row[584];
             if (o == bad_o) continue;
@@ -398,8 +427,49 @@ static void test_device_errors(kvc_status (*device_run)(const kvc_args *, kvc_re
     }
     free(cpu);
     kvc_case_free(&c);
+    if (many) {
+        free(cpu_e);
+        kvc_case_free(&e);
+    }
 }
 #endif
+
+/* kvc_compress_many on the CPU: every set's indices are checked before any
+ * set is written -- a bad slot in the second set is reported as that set's
+ * and the first set's KV cache is untouched -- and two good sets give the
+ * bytes and the summed counts of two calls. */
+static void test_many_cpu(void) {
+    kvc_case a, b;
+    if (!gen(&a, 2, 2 * 512, 128, 8, 1, 41) || !gen_spec(&b, "reqs=3,tokens=192,C=4,block=4,overlap=1,seed=42")) return;
+    kvc_report r1, r2, rm;
+    TU_CHECK(kvc_compress(&a.args, NULL, &r1) == KVC_OK && kvc_compress(&b.args, NULL, &r2) == KVC_OK, "single runs");
+    uint8_t *ra = rows_of(&a.args), *rb = rows_of(&b.args);
+    kvc_kit_poison(a.kv_cache, a.kv_cache_bytes, 1);
+    kvc_kit_poison(b.kv_cache, b.kv_cache_bytes, 2);
+    kvc_args sets[2] = {a.args, b.args};
+    TU_CHECK(kvc_compress_many(sets, 2, NULL, &rm) == KVC_OK, "many: %s", kvc_last_error_message());
+    uint8_t *ma = rows_of(&a.args), *mb = rows_of(&b.args);
+    TU_CHECK(!memcmp(ma, ra, (size_t)a.args.num_outputs * 584) && !memcmp(mb, rb, (size_t)b.args.num_outputs * 584),
+             "many: bytes differ from two calls");
+    TU_CHECK(rm.outputs_written == r1.outputs_written + r2.outputs_written &&
+                 rm.outputs_padding == r1.outputs_padding + r2.outputs_padding,
+             "many: written %lld padding %lld", (long long)rm.outputs_written, (long long)rm.outputs_padding);
+    kvc_kit_poison(a.kv_cache, a.kv_cache_bytes, 3);
+    uint8_t *before = tu_dup(a.kv_cache, a.kv_cache_bytes);
+    sets[1].kv_slot_mapping = b.kv_slot_mapping;
+    b.kv_slot_mapping[b.boundary_token_indices[2]] = 1 << 20; /* past the last page */
+    const kvc_status st = kvc_compress_many(sets, 2, NULL, NULL);
+    TU_CHECK(st == KVC_ERROR_INDEX_OUT_OF_RANGE && !strncmp(kvc_last_error_message(), "args[1]: ", 9),
+             "many with a bad slot in set 1: %s, '%s'", kvc_status_string(st), kvc_last_error_message());
+    TU_CHECK(!memcmp(a.kv_cache, before, a.kv_cache_bytes), "many: set 0 was written although set 1 was refused");
+    free(before);
+    free(ra);
+    free(rb);
+    free(ma);
+    free(mb);
+    kvc_case_free(&a);
+    kvc_case_free(&b);
+}
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
@@ -408,22 +478,22 @@ int main(int argc, char **argv) {
         printf("SKIP: backend not available\n");
         return TU_SKIP;
     }
+#if defined(KVC_KIT_WITH_CUDA) || defined(KVC_KIT_WITH_OPENCL)
+    many_run_fn device_run = NULL;
 #ifdef KVC_KIT_WITH_CUDA
-    if (g_backend == KVC_BACKEND_CUDA) {
-        test_device_errors(kvc_kit_cuda_run, 128, 8);
-        test_device_errors(kvc_kit_cuda_run, 128, 12); /* the slice kernels' row-table path */
-        test_device_errors(kvc_kit_cuda_run, 256, 8); /* two chunks: the chunk states */
-        test_device_errors(kvc_kit_cuda_run, 8, 8);
-    }
+    if (g_backend == KVC_BACKEND_CUDA) device_run = kvc_kit_cuda_run_many;
 #endif
 #ifdef KVC_KIT_WITH_OPENCL
-    if (g_backend == KVC_BACKEND_OPENCL) {
-        test_device_errors(kvc_kit_opencl_run, 128, 8);
-        test_device_errors(kvc_kit_opencl_run, 128, 12); /* the slice kernels' row-table path */
-        test_device_errors(kvc_kit_opencl_run, 256, 8); /* two chunks: the chunk states */
-        test_device_errors(kvc_kit_opencl_run, 8, 8);
+    if (g_backend == KVC_BACKEND_OPENCL) device_run = kvc_kit_opencl_run_many;
+#endif
+    for (int many = 0; device_run && many < 2; many++) {
+        test_device_errors(device_run, 128, 8, many);
+        test_device_errors(device_run, 128, 12, many); /* the slice kernels' row-table path */
+        test_device_errors(device_run, 256, 8, many);  /* two chunks: the chunk states */
+        test_device_errors(device_run, 8, 8, many);
     }
 #endif
+    if (g_backend == KVC_BACKEND_CPU) test_many_cpu();
     test_invariance();
     test_in_place_and_padding();
     test_nonfinite(1);

@@ -189,6 +189,52 @@ int main(void) {
         TU_CHECK(kvc_compress(&a, &ex, NULL) == KVC_ERROR_BAD_PARAMETER, "unknown backend refused");
     }
     TU_CHECK(kvc_version_number() == KVC_VERSION_NUMBER, "version");
+    /* kvc_compress_many: n out of range, a set's shape error named with its
+     * index, one set writing where another reads or writes; nothing written */
+    {
+        kvc_case c0, c1;
+        const int ok = tu_small_case(&c0, 31) && tu_small_case(&c1, 32);
+        TU_CHECK(ok, "generate");
+        kvc_args sets[KVC_MANY_MAX + 1];
+        for (int i = 0; ok && i <= KVC_MANY_MAX; i++) sets[i] = i % 2 ? c1.args : c0.args;
+        uint8_t *b0 = ok ? tu_dup(c0.kv_cache, c0.kv_cache_bytes) : NULL;
+        uint8_t *b1 = ok ? tu_dup(c1.kv_cache, c1.kv_cache_bytes) : NULL;
+        struct {
+            const char *what;
+            int n, set;
+            kvc_status want;
+            const char *fragment;
+        } cases[] = {{"n = -1", -1, -1, KVC_ERROR_BAD_PARAMETER, "n = -1 outside [0, 8]"},
+                     {"n = KVC_MANY_MAX + 1", KVC_MANY_MAX + 1, -1, KVC_ERROR_BAD_PARAMETER, "n = 9 outside [0, 8]"},
+                     {"a set's shape", 2, 1, KVC_ERROR_BAD_SHAPE, "args[1]: state_width = 2048"},
+                     {"set 1 writes set 0's state", 2, 2, KVC_ERROR_ALIASING,
+                      "args[1].kv_cache overlaps args[0].state_cache"},
+                     {"two sets, one kv_cache", 2, 3, KVC_ERROR_ALIASING, "args[0].kv_cache overlaps args[1].kv_cache"},
+                     {"a set's slot", 2, 4, KVC_ERROR_INDEX_OUT_OF_RANGE, "args[1]: "}};
+        for (int k = 0; ok && k < (int)(sizeof cases / sizeof cases[0]); k++) {
+            kvc_args t[2] = {c0.args, c1.args};
+            if (cases[k].set == 1) t[1].state_width = 2048;
+            if (cases[k].set == 2) t[1].kv_cache = (uint8_t *)(uintptr_t)c0.state_cache;
+            if (cases[k].set == 3) t[1].kv_cache = c0.kv_cache;
+            if (cases[k].set == 4)
+                c1.kv_slot_mapping[c1.boundary_token_indices[3]] = c1.args.num_pages * c1.args.kv_block_size;
+            const kvc_status st = kvc_compress_many(cases[k].n == 2 ? t : sets, cases[k].n, NULL, NULL);
+            const char *msg = kvc_last_error_message();
+            TU_CHECK(st == cases[k].want && strstr(msg, cases[k].fragment), "many, %s: %s '%s'", cases[k].what,
+                     kvc_status_string(st), msg);
+            TU_CHECK(!memcmp(b0, c0.kv_cache, c0.kv_cache_bytes) && !memcmp(b1, c1.kv_cache, c1.kv_cache_bytes),
+                     "many, %s: a kv_cache was written", cases[k].what);
+            printf("ok   many: %-28s %s\n", cases[k].what, msg);
+        }
+        TU_CHECK(kvc_compress_many(NULL, 0, NULL, NULL) == KVC_OK, "n = 0 is a no-op");
+        TU_CHECK(kvc_compress_many(NULL, 1, NULL, NULL) == KVC_ERROR_NULL_POINTER, "many: NULL args");
+        free(b0);
+        free(b1);
+        if (ok) {
+            kvc_case_free(&c0);
+            kvc_case_free(&c1);
+        }
+    }
     /* value shifts past binary32's exponents (the dsv4 golden cases use
      * -200): every value times 2^shift, rounded once -- here to +-0 */
     {

@@ -30,7 +30,7 @@ import math
 
 from . import _lib, _torch
 
-__all__ = ["c128_256_512_compress", "compress", "check_device_status", "KVCError", "KVCDeviceError",
+__all__ = ["c128_256_512_compress", "compress", "compress_many", "check_device_status", "KVCError", "KVCDeviceError",
            "backend_available", "__version__"]
 
 _L = _lib.load()
@@ -43,6 +43,7 @@ class KVCError(ValueError):
     def __init__(self, status, message):
         super().__init__(f"{status}: {message}")
         self.status = status
+        self.message = message
 
 
 class KVCDeviceError(RuntimeError):
@@ -52,6 +53,7 @@ class KVCDeviceError(RuntimeError):
     def __init__(self, status, message):
         super().__init__(f"{status}: {message}")
         self.status = status
+        self.message = message
 
 
 _RUNTIME_STATUSES = ("KVC_ERROR_GENERIC", "KVC_ERROR_BACKEND_UNAVAILABLE", "KVC_ERROR_OUT_OF_MEMORY",
@@ -189,25 +191,12 @@ def _kv_format(kv_format, nope_format):
     return _enum(_lib.NOPE_FORMATS, "kv_format", "int8" if kv_format is None else kv_format)
 
 
-def compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+def _prepare(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
              cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps=1e-6, *,
              kv_format=None, nope_format=None, overlap=False, cos_sin_layout="split", kv_block_size=64,
              rotate=False, score_bias=None, backend=None, num_threads=0):
-    """Like :func:`c128_256_512_compress`, with explicit control: ``backend`` is
-    None (from the tensors' device), "cpu" or "cuda" (OpenCL takes a command
-    queue, which only the C API can pass); ``num_threads``
-    is the CPU thread count (0 = up to all cores, fewer for small calls).  Returns (kv_cache, report) where
-    report is a dict (GPU: counts are -1, see :func:`check_device_status`).
-
-    DeepSeek-V4's whole compression step (SPEC 9, 10): ``kv_format`` "int8"
-    or "fp8" (head width 512, 584-byte slots) or "indexer_fp8" /
-    "indexer_mxfp4" (the indexer: head width 128, 132 / 68-byte slots);
-    ``nope_format`` is its alias.  The head width follows from the format:
-    state rows of 2 x 128 (overlap 4 x 128) elements and 128 weights for the
-    indexer.  ``rotate``: the Walsh-Hadamard rotation of the indexer's keys.
-    ``score_bias``: None, or a float32 [compress_ratio, state_width / 2]
-    array / tensor added to every score (SGLang's ``ape``).  ``state_cache``
-    may be float32 or bfloat16 (torch.bfloat16, ml_dtypes.bfloat16)."""
+    """One call's checked kvc_args and kvc_exec, and the views that hold its
+    tensors (keep them while the call runs)."""
     fmt = _kv_format(kv_format, nope_format)
     head_dim = 128 if fmt >= 2 else 512
     slot_bytes = _L.kvc_slot_bytes(fmt)
@@ -297,13 +286,82 @@ def compress(state_cache, token_to_req, positions, boundary_token_indices, block
         import torch
         e.device = device_index
         e.stream = torch.cuda.current_stream(device_index).cuda_stream
+    return a, e, views
+
+
+def _report(rep):
+    return {"outputs_written": rep.outputs_written, "outputs_padding": rep.outputs_padding,
+            "outputs_nonfinite": rep.outputs_nonfinite}
+
+
+def compress(state_cache, token_to_req, positions, boundary_token_indices, block_table, rms_norm_weight,
+             cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio, rms_norm_eps=1e-6, *,
+             kv_format=None, nope_format=None, overlap=False, cos_sin_layout="split", kv_block_size=64,
+             rotate=False, score_bias=None, backend=None, num_threads=0):
+    """Like :func:`c128_256_512_compress`, with explicit control: ``backend`` is
+    None (from the tensors' device), "cpu" or "cuda" (OpenCL takes a command
+    queue, which only the C API can pass); ``num_threads``
+    is the CPU thread count (0 = up to all cores, fewer for small calls).  Returns (kv_cache, report) where
+    report is a dict (GPU: counts are -1, see :func:`check_device_status`).
+
+    DeepSeek-V4's whole compression step (SPEC 9, 10): ``kv_format`` "int8"
+    or "fp8" (head width 512, 584-byte slots) or "indexer_fp8" /
+    "indexer_mxfp4" (the indexer: head width 128, 132 / 68-byte slots);
+    ``nope_format`` is its alias.  The head width follows from the format:
+    state rows of 2 x 128 (overlap 4 x 128) elements and 128 weights for the
+    indexer.  ``rotate``: the Walsh-Hadamard rotation of the indexer's keys.
+    ``score_bias``: None, or a float32 [compress_ratio, state_width / 2]
+    array / tensor added to every score (SGLang's ``ape``).  ``state_cache``
+    may be float32 or bfloat16 (torch.bfloat16, ml_dtypes.bfloat16)."""
+    a, e, views = _prepare(state_cache, token_to_req, positions, boundary_token_indices, block_table,
+                           rms_norm_weight, cos_sin_cache, kv_slot_mapping, kv_cache, block_size, compress_ratio,
+                           rms_norm_eps, kv_format=kv_format, nope_format=nope_format, overlap=overlap,
+                           cos_sin_layout=cos_sin_layout, kv_block_size=kv_block_size, rotate=rotate,
+                           score_bias=score_bias, backend=backend, num_threads=num_threads)
     rep = _lib.Report()
     status = _L.kvc_compress(ctypes.byref(a), ctypes.byref(e), ctypes.byref(rep))
     if status != 0:
         _raise_status(status)
-    report = {"outputs_written": rep.outputs_written, "outputs_padding": rep.outputs_padding,
-              "outputs_nonfinite": rep.outputs_nonfinite}
-    return kv_cache, report
+    return kv_cache, _report(rep)
+
+
+MANY_MAX = 8  # KVC_MANY_MAX: the most argument sets of one compress_many call
+
+
+def compress_many(calls, *, backend=None, num_threads=0):
+    """Several calls at once -- e.g. the main and the indexer compressor of a
+    DeepSeek-V4 CSA layer -- with the bytes of separate :func:`compress`
+    calls: ``calls`` is a list of at most ``MANY_MAX`` dicts of
+    :func:`compress`'s arguments by name (state_cache, ..., compress_ratio,
+    and any keyword argument but ``backend`` / ``num_threads``).  On CUDA the
+    sets run on torch's current stream, decode-sized ones as one kernel
+    launch.  No set may write where another one reads or writes.  Returns the
+    report of the whole call (counts summed over the sets)."""
+    calls = list(calls)
+    if len(calls) > MANY_MAX:
+        raise KVCError("KVC_ERROR_BAD_PARAMETER", f"{len(calls)} calls: at most {MANY_MAX} (MANY_MAX)")
+    arr = (_lib.Args * max(len(calls), 1))()
+    e, keep = None, []
+    for i, kw in enumerate(calls):
+        if not isinstance(kw, dict):
+            raise KVCError("KVC_ERROR_BAD_PARAMETER", f"calls[{i}]: a dict of compress()'s arguments by name")
+        try:
+            a, ei, views = _prepare(**kw, backend=backend, num_threads=num_threads)
+        except KVCError as err:
+            raise type(err)(err.status, f"calls[{i}]: {err.message}") from None
+        if e is not None and (ei.backend, ei.device) != (e.backend, e.device):
+            raise KVCError("KVC_ERROR_BAD_PARAMETER", f"calls[{i}]: on another device than calls[0]; one device "
+                                                      "per call")
+        arr[i], e = a, ei
+        keep.append(views)
+    if e is None:
+        e = _lib.Exec()
+        _L.kvc_exec_init(ctypes.byref(e))
+    rep = _lib.Report()
+    status = _L.kvc_compress_many(arr, len(calls), ctypes.byref(e), ctypes.byref(rep))
+    if status != 0:
+        _raise_status(status)
+    return _report(rep)
 
 
 _TORCH_OP = None

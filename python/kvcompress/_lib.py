@@ -105,6 +105,8 @@ def load():
                           "install the package with pip, or set KVCOMPRESS_LIB. " + "; ".join(errors))
     lib.kvc_compress.argtypes = [ctypes.POINTER(Args), ctypes.POINTER(Exec), ctypes.POINTER(Report)]
     lib.kvc_compress.restype = ctypes.c_int
+    lib.kvc_compress_many.argtypes = [ctypes.POINTER(Args), ctypes.c_int, ctypes.POINTER(Exec), ctypes.POINTER(Report)]
+    lib.kvc_compress_many.restype = ctypes.c_int
     lib.kvc_validate.argtypes = [ctypes.POINTER(Args)]
     lib.kvc_validate.restype = ctypes.c_int
     lib.kvc_status_string.argtypes = [ctypes.c_int]

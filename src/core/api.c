@@ -60,7 +60,11 @@ static kvc_backend pick_auto(const kvc_args *a) {
     return KVC_BACKEND_CPU;
 }
 
-kvc_status kvc_compress(const kvc_args *args, const kvc_exec *exec, kvc_report *report) {
+/* kvc_compress (many = 0: one set, messages unprefixed) and
+ * kvc_compress_many: every set's shapes, then the backend (one for all),
+ * each set's aliasing and the sets' against each other, then the backend's
+ * call on the resolved sets. */
+static kvc_status compress_sets(const kvc_args *args, int n, const kvc_exec *exec, kvc_report *report, int many) {
     kvc_clear_error();
     kvc_exec defaults;
     if (!exec) {
@@ -68,22 +72,47 @@ kvc_status kvc_compress(const kvc_args *args, const kvc_exec *exec, kvc_report *
         exec = &defaults;
     }
     if (report) memset(report, 0, sizeof *report);
-    kvc_args a;
-    kvc_status st = kvc_check_shapes(args, &a);
-    if (st != KVC_OK) return st;
+    if (n < 0 || n > KVC_MANY_MAX)
+        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "n = %d outside [0, %d] (KVC_MANY_MAX)", n, KVC_MANY_MAX);
+    if (!args && n > 0) return kvc_fail(KVC_ERROR_NULL_POINTER, "args = NULL");
+    kvc_args a[KVC_MANY_MAX];
+    kvc_status st;
+    for (int i = 0; i < n; i++)
+        if ((st = kvc_check_shapes(&args[i], &a[i])) != KVC_OK)
+            return many ? kvc_prefix_error(st, "args[%d]: ", i) : st;
     if (exec->num_threads < 0 || exec->num_threads > 1024)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->num_threads = %d outside [0, 1024]", exec->num_threads);
-    const kvc_backend id = exec->backend == KVC_BACKEND_AUTO ? pick_auto(&a) : exec->backend;
+    const kvc_backend id = exec->backend != KVC_BACKEND_AUTO ? exec->backend
+                           : n > 0                          ? pick_auto(&a[0])
+                                                            : KVC_BACKEND_CPU;
+    for (int i = 1; i < n && exec->backend == KVC_BACKEND_AUTO; i++)
+        if (pick_auto(&a[i]) != id)
+            return kvc_fail(KVC_ERROR_BAD_PARAMETER, "args[%d]: KVC_BACKEND_AUTO picks backend %d for it and %d for "
+                            "args[0]: the sets of one call run on one backend", i, (int)pick_auto(&a[i]), (int)id);
     if (id < KVC_BACKEND_CPU || id > KVC_BACKEND_OPENCL)
         return kvc_fail(KVC_ERROR_BAD_PARAMETER, "exec->backend = %d is not a kvc_backend", (int)id);
     const kvc_backend_ops *b = find_backend(id);
     /* arguments before availability: OpenCL's tensor fields are cl_mem
      * handles (kvcompress_opencl.h) whether or not that backend is compiled in */
-    if ((st = kvc_check_aliasing(&a, b ? b->handles : id == KVC_BACKEND_OPENCL)) != KVC_OK) return st;
+    const int handles = b ? b->handles : id == KVC_BACKEND_OPENCL;
+    for (int i = 0; i < n; i++)
+        if ((st = kvc_check_aliasing(&a[i], handles)) != KVC_OK)
+            return many ? kvc_prefix_error(st, "args[%d]: ", i) : st;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            if (i != j && (st = kvc_check_aliasing_sets(&a[i], i, &a[j], j, handles)) != KVC_OK) return st;
     if (!b)
         return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "exec->backend = %d: this library was built without it",
                         (int)id);
-    return b->compress(&a, exec, report);
+    return n > 0 ? b->compress(a, n, exec, report) : KVC_OK;
+}
+
+kvc_status kvc_compress(const kvc_args *args, const kvc_exec *exec, kvc_report *report) {
+    return compress_sets(args, 1, exec, report, 0);
+}
+
+kvc_status kvc_compress_many(const kvc_args *args, int n, const kvc_exec *exec, kvc_report *report) {
+    return compress_sets(args, n, exec, report, 1);
 }
 
 kvc_status kvc_read_status(const kvc_exec *exec, kvc_device_status *out) {

@@ -21,8 +21,10 @@ typedef struct kvc_backend_ops {
     /* AUTO: 1 when p is memory of this backend's device, so the call runs
      * here (NULL: never chosen by AUTO) */
     int (*owns)(const void *p);
-    /* the call on args that kvc_check_shapes resolved (explicit strides) */
-    kvc_status (*compress)(const kvc_args *a, const kvc_exec *e, kvc_report *rep);
+    /* the call on n >= 1 argument sets that kvc_check_shapes resolved
+     * (explicit strides) and that do not alias each other: the bytes of n
+     * calls in order; rep (optional, zeroed): the sums */
+    kvc_status (*compress)(const kvc_args *a, int n, const kvc_exec *e, kvc_report *rep);
     /* the device status word of the last call on exec's stream / queue
      * (NULL: a synchronous backend, its report is complete) */
     kvc_status (*read_status)(const kvc_exec *e, kvc_device_status *out);

@@ -214,6 +214,10 @@ typedef struct kvc_plan {
     kvc_i64 small_k; /* > 0: the one-segment kernel, outputs per CTA / work-group   */
     kvc_i64 groups;  /* CTAs / work-groups of the launch                            */
     kvc_i64 vec;     /* 8-byte (float2) row loads allowed: set by the backend       */
+    kvc_i64 out_base;    /* kvc_compress_many: the set's first output's number (an
+                          * error names output out_base + o), else 0            */
+    kvc_i64 keep_status; /* kvc_compress_many, a set after the first: the status
+                          * word holds earlier sets' counts (not zeroed)        */
 } kvc_plan;
 
 /** A backend's policy for kvc_plan_make (its tuning constants). */
@@ -240,6 +244,7 @@ KVC_FN void kvc_plan_make(kvc_i64 num_outputs, kvc_i64 C, int overlap, const kvc
     pl->nchunk = kvc_chunk_count(pl->nseg, pl->ch);
     pl->full = !overlap && pl->rows % KVC_SEG == 0;
     pl->vec = 0;
+    pl->out_base = pl->keep_status = 0;
     pl->small_k = 0;
     pl->groups = num_outputs * pl->nchunk;
     if (pl->nseg == 1 && num_outputs > pol->small_min) {

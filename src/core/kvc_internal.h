@@ -46,6 +46,11 @@ KVC_HIDDEN kvc_status kvc_tensor_bytes(const kvc_args *a, int64_t bytes[KVC_TENS
 /* kv_cache's written bytes overlapping an input's span -> KVC_ERROR_ALIASING.
  * handles != 0 (OpenCL: the pointers are cl_mem): the same handle only. */
 KVC_HIDDEN kvc_status kvc_check_aliasing(const kvc_args *a, int handles);
+/* kvc_compress_many: set w's written kv_cache bytes meeting any tensor of
+ * set r (its kv_cache whole) -> KVC_ERROR_ALIASING naming args[iw], args[ir]. */
+KVC_HIDDEN kvc_status kvc_check_aliasing_sets(const kvc_args *w, int iw, const kvc_args *r, int ir, int handles);
+/** Put "prefix" (printf-style) before this thread's message; @return status. */
+KVC_HIDDEN kvc_status kvc_prefix_error(kvc_status status, const char *fmt, ...) KVC_PRINTF(2, 3);
 /**
  * Check every index value (host memory) of resolved args, including that no
  * two outputs share a slot.  Counts padding outputs into *padding and keeps

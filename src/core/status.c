@@ -1,6 +1,7 @@
 /* status.c -- status names, per-thread error messages, version. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "kvc_check.h"
 #include "kvc_internal.h"
@@ -53,5 +54,20 @@ kvc_status kvc_fail(kvc_status status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(kvc_message, sizeof kvc_message, fmt, ap);
     va_end(ap);
+    return status;
+}
+
+kvc_status kvc_prefix_error(kvc_status status, const char *fmt, ...) {
+    char prefix[64];
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    const size_t plen = n < 0 ? 0 : (size_t)n < sizeof prefix ? (size_t)n : sizeof prefix - 1;
+    size_t keep = strlen(kvc_message); /* the message, cut to fit */
+    if (keep > sizeof kvc_message - 1 - plen) keep = sizeof kvc_message - 1 - plen;
+    memmove(kvc_message + plen, kvc_message, keep);
+    memcpy(kvc_message, prefix, plen);
+    kvc_message[plen + keep] = '\0';
     return status;
 }

@@ -141,6 +141,27 @@ kvc_status kvc_check_aliasing(const kvc_args *a, int handles) {
     return KVC_OK;
 }
 
+kvc_status kvc_check_aliasing_sets(const kvc_args *w, int iw, const kvc_args *r, int ir, int handles) {
+    if (w->num_outputs == 0) return KVC_OK;
+    span sw[SPAN_COUNT], sr[SPAN_COUNT];
+    kvc_status st = tensor_spans(w, sw);
+    if (st == KVC_OK) st = tensor_spans(r, sr);
+    if (st != KVC_OK) return st;
+    const span *kv = &sw[SPAN_KV];
+    for (int i = 0; i < SPAN_COUNT; i++) {
+        if (!sr[i].ptr) continue;
+        const int hit = handles ? sr[i].ptr == kv->ptr
+                                : meets_written((uintptr_t)kv->ptr, w->num_pages, w->page_stride,
+                                                w->kv_block_size * kvc_fmt_slot_bytes(w->nope_format),
+                                                (uintptr_t)sr[i].ptr, sr[i].bytes);
+        if (hit)
+            return kvc_fail(KVC_ERROR_ALIASING, "args[%d].kv_cache %s args[%d].%s: the sets must not write where "
+                            "another one reads or writes", iw, handles ? "is the buffer of" : "overlaps", ir,
+                            sr[i].name);
+    }
+    return KVC_OK;
+}
+
 kvc_status kvc_check_shapes(const kvc_args *in, kvc_args *a) {
     if (!in) return kvc_fail(KVC_ERROR_NULL_POINTER, "args = NULL");
     *a = *in;

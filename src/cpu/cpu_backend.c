@@ -585,16 +585,9 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
-    int64_t padding = 0;
-    kvc_out_info *infos = malloc(sizeof *infos * (size_t)(a->num_outputs > 0 ? a->num_outputs : 1));
-    if (!infos) return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CPU backend: no memory for %lld outputs' indices",
-                                (long long)a->num_outputs);
-    kvc_status st = kvc_check_indices(a, &padding, infos);
-    if (st != KVC_OK) {
-        free(infos);
-        return st;
-    }
+/* One set whose indices kvc_check_indices resolved into infos (freed here). */
+static kvc_status cpu_run(const kvc_args *a, kvc_out_info *infos, int64_t padding, const kvc_exec *e,
+                          kvc_report *rep) {
     pthread_once(&g_masked_once, init_masked);
 
     int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
@@ -662,13 +655,31 @@ static kvc_status cpu_compress(const kvc_args *a, const kvc_exec *e, kvc_report 
     free(sizes);
     free(tids);
     free(infos);
-    if (rep) {
-        rep->outputs_written = atomic_load(&job.written);
-        rep->outputs_padding = padding;
-        rep->outputs_nonfinite = atomic_load(&job.nonfinite);
-        rep->device_async = 0;
-    }
+    rep->outputs_written += atomic_load(&job.written);
+    rep->outputs_padding += padding;
+    rep->outputs_nonfinite += atomic_load(&job.nonfinite);
     return KVC_OK;
+}
+
+/* Every set's indices checked (and resolved) before any set is written. */
+static kvc_status cpu_compress(const kvc_args *a, int n, const kvc_exec *e, kvc_report *rep) {
+    kvc_out_info *infos[KVC_MANY_MAX] = {0};
+    int64_t padding[KVC_MANY_MAX] = {0};
+    kvc_status st = KVC_OK;
+    for (int i = 0; i < n && st == KVC_OK; i++) {
+        infos[i] = malloc(sizeof *infos[i] * (size_t)(a[i].num_outputs > 0 ? a[i].num_outputs : 1));
+        st = infos[i] ? kvc_check_indices(&a[i], &padding[i], infos[i])
+                      : kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CPU backend: no memory for %lld outputs' indices",
+                                 (long long)a[i].num_outputs);
+        if (st != KVC_OK && n > 1) kvc_prefix_error(st, "args[%d]: ", i);
+    }
+    kvc_report sum = {0};
+    for (int i = 0; i < n; i++) {
+        if (st == KVC_OK) st = cpu_run(&a[i], infos[i], padding[i], e, &sum);
+        else free(infos[i]);
+    }
+    if (rep && st == KVC_OK) *rep = sum;
+    return st;
 }
 
 static int cpu_available(void) { return 1; }

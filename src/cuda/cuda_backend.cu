@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(512) general_kernel(const launch_params P) {
     __syncthreads();
     const int ok = live && !sc->bad_row;
     if (live && !ok && d == 0) {
-        ks::record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, sc->bad_g);
+        ks::record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o, sc->bad_g);
         ks::count(&P.status->outputs_invalid);
     }
     ks::kv_slot at = {0, 0};
@@ -145,6 +145,17 @@ __global__ void __launch_bounds__(512) general_kernel(const launch_params P) {
         ks::count(&P.status->outputs_written);
         if (bad) ks::count(&P.status->outputs_nonfinite);
     }
+}
+
+/* The call's status word zeroed by a kernel (a memset before the kernel
+ * that follows cost a microsecond of its own in a small call, measured): it
+ * lets that kernel start at once (programmatic dependent launch), which
+ * waits for this one only before it first touches the word (status_wait). */
+__global__ void status_zero_kernel(kvc_device_status *st) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+    if (threadIdx.x < sizeof(kvc_device_status) / 4) reinterpret_cast<int *>(st)[threadIdx.x] = 0;
 }
 
 /* Every kernel this backend launches, one entry each: the reachable
@@ -332,7 +343,8 @@ static int device_of(const void *p) {
     return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged ? at.device : -1;
 }
 
-static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *rep, int dev);
+static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kvc_report *rep, int dev);
+static const size_t kStatusBytes = 256; /* the workspace's status word (and room) */
 
 /* The driver's cuMemGetAddressRange (base and size of the allocation that
  * holds an address), looked up once; NULL where the driver lacks it. */
@@ -395,50 +407,76 @@ static kvc_status check_device_memory(const kvc_args *a, const kvc_exec *e, cons
     return KVC_OK;
 }
 
+/* Launch fn after the stream's previous kernel as its programmatic
+ * dependent (sm_90 and later; before, in stream order as any launch). */
+static cudaError_t launch_dependent(kernel_fn fn, unsigned grid, unsigned threads, const launch_params &P,
+                                    cudaStream_t stream, int dev) {
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(threads);
+    cfg.stream = stream;
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &at;
+    cfg.numAttrs = sm_major(dev) >= 9 ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, fn, P);
+}
+
 /* The call runs on exec->device, or (-1) on the device that holds the
  * tensors; every tensor in device memory must be on that device.  The
  * calling thread's current device is restored afterwards. */
-static kvc_status cuda_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
+static kvc_status cuda_compress(const kvc_args *sets, int n, const kvc_exec *e, kvc_report *rep) {
     int prev = 0, dev = e->device;
     cudaError_t err;
     if ((err = cudaGetDevice(&prev)) != cudaSuccess) return cuda_fail(err, "cudaGetDevice");
-    const void *ptrs[KVC_TENSORS];
-    kvc_tensor_ptrs(a, ptrs);
-    int where[KVC_TENSORS], first = -1;
-    for (int i = 0; i < KVC_TENSORS; i++) {
-        where[i] = a->num_outputs > 0 ? device_of(ptrs[i]) : -1;
-        if (first < 0 && where[i] >= 0) first = i;
+    for (int s = 0; s < n; s++) {
+        const kvc_args *a = &sets[s];
+        const void *ptrs[KVC_TENSORS];
+        kvc_tensor_ptrs(a, ptrs);
+        int where[KVC_TENSORS], first = -1;
+        for (int i = 0; i < KVC_TENSORS; i++) {
+            where[i] = a->num_outputs > 0 ? device_of(ptrs[i]) : -1;
+            if (first < 0 && where[i] >= 0) first = i;
+        }
+        if (dev < 0 && first >= 0) dev = where[first];
+        const int d = dev < 0 ? prev : dev;
+        kvc_status st = KVC_OK;
+        for (int i = 0; i < KVC_TENSORS && st == KVC_OK; i++) {
+            if (where[i] < 0 || where[i] == d) continue;
+            st = e->device >= 0 ? kvc_fail(KVC_ERROR_BAD_PARAMETER, "%s is memory of CUDA device %d, exec->device = %d",
+                                           kvc_tensor_names[i], where[i], d)
+                 : s == 0 ? kvc_fail(KVC_ERROR_BAD_PARAMETER, "%s is memory of CUDA device %d, %s of device %d: one "
+                                     "device per call", kvc_tensor_names[i], where[i], kvc_tensor_names[first], d)
+                          : kvc_fail(KVC_ERROR_BAD_PARAMETER, "%s is memory of CUDA device %d, an earlier set's of "
+                                     "device %d: one device per call", kvc_tensor_names[i], where[i], d);
+        }
+        if (st == KVC_OK && d >= 64) st = kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "CUDA device %d >= 64", d);
+        if (st == KVC_OK) st = check_device_memory(a, e, ptrs, where, d);
+        if (st != KVC_OK) return n > 1 ? kvc_prefix_error(st, "args[%d]: ", s) : st;
     }
-    if (dev < 0) dev = first >= 0 ? where[first] : prev;
-    for (int i = 0; i < KVC_TENSORS; i++) {
-        if (where[i] < 0 || where[i] == dev) continue;
-        if (e->device >= 0)
-            return kvc_fail(KVC_ERROR_BAD_PARAMETER, "%s is memory of CUDA device %d, exec->device = %d",
-                            kvc_tensor_names[i], where[i], dev);
-        return kvc_fail(KVC_ERROR_BAD_PARAMETER, "%s is memory of CUDA device %d, %s of device %d: one device per call",
-                        kvc_tensor_names[i], where[i], kvc_tensor_names[first], dev);
-    }
-    if (dev >= 64) return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "CUDA device %d >= 64", dev);
-    kvc_status st = check_device_memory(a, e, ptrs, where, dev);
-    if (st != KVC_OK) return st;
+    if (dev < 0) dev = prev;
     if (dev != prev && (err = cudaSetDevice(dev)) != cudaSuccess) return cuda_fail(err, "cudaSetDevice(exec->device)");
-    st = compress_on(a, e, rep, dev);
+    const kvc_status st = compress_on(sets, n, e, rep, dev);
     if (dev != prev) cudaSetDevice(prev);
     return st;
 }
 
-static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *rep, int dev) {
-    cudaError_t err;
-    cudaStream_t stream = (cudaStream_t)e->stream;
+/* One argument set's launch: its parameters, kernels and workspace. */
+struct set_plan {
+    launch_params P;
+    int general, slice, dpt, kf; /* kf: the main kernel's body (main_kernel_for) */
+    long long L;
+    size_t tk_bytes, slice_bad_bytes; /* its tickets' bytes; the slice area's bad-block words */
+    size_t gen_need, slice_need;      /* workspace bytes after the status word; of the slice area */
+};
+
+/* Plan set a's launch on device dev (host arithmetic only). */
+static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     /* SPEC 9 / 10 settings: the general kernel; every kernel has a FAST form */
     const int general = kvc_needs_general(a);
-    const int fastnum = a->numerics == KVC_NUMERICS_FAST;
-    if (rep) {
-        rep->outputs_written = rep->outputs_padding = rep->outputs_nonfinite = -1;
-        rep->device_async = 1;
-        rep->numerics = fastnum ? KVC_NUMERICS_FAST : KVC_NUMERICS_EXACT;
-    }
-    launch_params P;
+    launch_params &P = sp->P;
     memset(&P, 0, sizeof P);
     P.a = *a;
     const long long nout = a->num_outputs;
@@ -454,7 +492,6 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
                                  (long long)ks::kSmallMinb * sm_count(dev), ks::kSmallK, 0};
     kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &P.pl);
     if (general) P.pl.nchunk = 1; /* (its own layout below: no chunk states or tickets) */
-    const long long nseg = P.pl.nseg;
     /* the slice kernels (cuda_slice.cuh): every call of 16, 32 or 64 full
      * segments (C = 128, 256, 512) without overlap, 8-byte rows (faster than
      * the chunked kernel at every such size, measured). */
@@ -488,10 +525,123 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
     static_assert(kvc_cuda_d2::kSliceRec == KVC_SLICE_REC, "the slice record of kvc_check.h");
     kvc_ws_plan wp;
     kvc_ws_plan_make(&P.pl, nout, slice, &wp);
-    const size_t st_bytes = 256, tk_bytes = general ? 0 : ((size_t)nout * 4 + 255) & ~(size_t)255;
-    const size_t slice_bad_bytes = ((size_t)wp.slice_bad + 255) & ~(size_t)255;
-    const size_t gen_need = slice ? 0 : tk_bytes + (size_t)wp.states;
-    const size_t slice_need = slice ? slice_bad_bytes + (size_t)wp.states : 0;
+    sp->tk_bytes = general ? 0 : ((size_t)nout * 4 + 255) & ~(size_t)255;
+    sp->slice_bad_bytes = ((size_t)wp.slice_bad + 255) & ~(size_t)255;
+    sp->gen_need = slice ? 0 : sp->tk_bytes + (size_t)wp.states;
+    sp->slice_need = slice ? sp->slice_bad_bytes + (size_t)wp.states : 0;
+    sp->general = general;
+    sp->slice = slice;
+    sp->dpt = dpt;
+    sp->L = L;
+    /* every chunk kk = ch / L full segments on the fast path: a kernel with
+     * only that body (1/8 of the code, and faster) */
+    sp->kf = P.fast && full ? (int)(ch / L) : 0;
+}
+
+/* Launch set number `set` of a call (its outputs numbered from out_base)
+ * on the workspace buf (gen_cap bytes after the status word), caller holding
+ * its lock. */
+static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *buf, size_t gen_cap, const kvc_exec *e,
+                             cudaStream_t stream, int dev) {
+    launch_params &P = sp->P;
+    const kvc_args *a = &P.a;
+    const long long nout = a->num_outputs, nseg = P.pl.nseg, L = sp->L;
+    const int general = sp->general, slice = sp->slice, dpt = sp->dpt, fastnum = a->numerics == KVC_NUMERICS_FAST;
+    const size_t st_bytes = kStatusBytes, tk_bytes = sp->tk_bytes, slice_bad_bytes = sp->slice_bad_bytes;
+    const size_t slice_need = sp->slice_need;
+    cudaError_t err;
+    P.pl.out_base = out_base;
+    P.pl.keep_status = set > 0;
+    char *slice_area = buf + st_bytes + gen_cap;
+    P.status = e->device_status ? e->device_status : (kvc_device_status *)buf;
+    P.tickets = (unsigned *)(buf + st_bytes);
+    P.chunk_states = slice ? (float *)(slice_area + slice_bad_bytes)
+                           : (float *)(buf + st_bytes + tk_bytes);
+    P.slice_bad = (long long *)slice_area;
+    /* The status word, by the first set only: zeroed by the slice kernel
+     * itself; by a kernel of its own before the general and one-segment
+     * kernels (their dependents: status_zero_kernel); else by a memset,
+     * with the main kernel's tickets where they are adjacent. */
+    const int first = set == 0;
+    const int zero_kernel = first && !slice && nout > 0 && (general || P.pl.small_k);
+    const int memset_status = first && !(slice && nout > 0) && !zero_kernel;
+    const size_t tickets = !slice && P.pl.nchunk > 1 ? (size_t)nout * 4 : 0;
+    if (memset_status && e->device_status &&
+        (err = cudaMemsetAsync(e->device_status, 0, sizeof(kvc_device_status), stream)) != cudaSuccess)
+        return cuda_fail(err, "cudaMemsetAsync(status)");
+    const int with_status = memset_status && !e->device_status;
+    if ((with_status || tickets) &&
+        (err = cudaMemsetAsync(with_status ? (void *)buf : (void *)P.tickets, 0, (with_status ? st_bytes : 0) + tickets,
+                               stream)) != cudaSuccess)
+        return cuda_fail(err, "cudaMemsetAsync(workspace)");
+    if (zero_kernel) {
+        status_zero_kernel<<<1, 32, 0, stream>>>(P.status);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
+    }
+    if (nout == 0) return KVC_OK;
+    if (general) {
+        if (nout > 0x7FFFFFFFLL)
+            return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs = %lld exceeds the CUDA grid", nout);
+        P.pl.small_k = a->head_dim == 128 ? KVC_GEN_K_MAX : 1; /* outputs per CTA */
+        const long long ctas = (nout + P.pl.small_k - 1) / P.pl.small_k;
+        err = launch_dependent(general_kernel, (unsigned)ctas, (unsigned)(P.pl.small_k * a->head_dim), P, stream, dev);
+        if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
+        return KVC_OK;
+    }
+    if (slice) {
+        /* one CTA per (output, 16-segment chunk, 64-dim slice) */
+        const int nch = (int)(nseg / 16);
+        const unsigned blocks = (unsigned)(nout * 8 * nch);
+        P.ahead = (long long)sm_count(dev) * KVC_CUDA_SLICE_CTAS_PER_SM / (8 * nch);
+        const int dense = a->state_stride_token == 1024; /* TS: the token stride at compile time */
+        const int lg = nch == 1 ? 0 : nch == 2 ? 1 : 2;
+        const kernel_fn slice_k = kSliceKernels[fastnum][lg][dense], finish_k = kSliceFinish[fastnum][lg];
+        slice_k<<<blocks, 256, 0, stream>>>(P);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
+        /* the finisher: programmatic dependent launch (sm_90), so that its
+         * launch overlaps the slice kernel's last wave */
+        err = launch_dependent(finish_k, (unsigned)nout, nch == 1 ? 128 : kvc_cuda_d2::kDG, P, stream, dev);
+        if (err != cudaSuccess) { /* the slice area back to EMPTY for the next call: nothing will read it */
+            cudaMemsetAsync(slice_area, 0xFF, slice_need, stream);
+            return cuda_fail(err, "kernel launch");
+        }
+        return KVC_OK;
+    }
+    const long long blocks = P.pl.groups;
+    if (blocks > 0x7FFFFFFFLL)
+        return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);
+    if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
+        if ((err = launch_dependent(kSmallKernels[fastnum], (unsigned)blocks, ks::kDG, P, stream, dev)) != cudaSuccess)
+            return cuda_fail(err, "kernel launch");
+        return KVC_OK;
+    }
+    size_t smem = (size_t)(L * 3 * 512) * sizeof(float); /* lane states; >= 512 + 8 floats for the finaliser */
+    const unsigned threads = (unsigned)((dpt == 1 ? kvc_cuda_d1::kDG : kvc_cuda_d2::kDG) * L);
+    main_kernel_for(dpt, fastnum, sp->kf)<<<(unsigned)blocks, threads, smem, stream>>>(P);
+    if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
+    return KVC_OK;
+}
+
+static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kvc_report *rep, int dev) {
+    cudaError_t err;
+    cudaStream_t stream = (cudaStream_t)e->stream;
+    int fast_all = 1;
+    for (int s = 0; s < n; s++) fast_all &= sets[s].numerics == KVC_NUMERICS_FAST;
+    if (rep) {
+        rep->outputs_written = rep->outputs_padding = rep->outputs_nonfinite = -1;
+        rep->device_async = 1;
+        rep->numerics = fast_all ? KVC_NUMERICS_FAST : KVC_NUMERICS_EXACT;
+    }
+    /* every set planned, the workspace grown once to the largest need (the
+     * status word stays where the first set zeroes it) */
+    set_plan sp[KVC_MANY_MAX];
+    size_t gen_need = 0, slice_need = 0;
+    for (int s = 0; s < n; s++) {
+        plan_set(&sets[s], dev, &sp[s]);
+        gen_need = sp[s].gen_need > gen_need ? sp[s].gen_need : gen_need;
+        slice_need = sp[s].slice_need > slice_need ? sp[s].slice_need : slice_need;
+    }
+    const size_t st_bytes = kStatusBytes;
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_acquire_locked(dev, stream, 1);
     pthread_mutex_unlock(&g_ws_lock);
@@ -555,77 +705,12 @@ static kvc_status compress_on(const kvc_args *a, const kvc_exec *e, kvc_report *
         ws->gen_cap = gen;
         ws->slice_cap = sl;
     }
-    char *buf = (char *)ws->buf;
-    char *slice_area = buf + st_bytes + ws->gen_cap;
-    P.status = e->device_status ? e->device_status : (kvc_device_status *)buf;
-    P.tickets = (unsigned *)(buf + st_bytes);
-    P.chunk_states = slice ? (float *)(slice_area + slice_bad_bytes)
-                           : (float *)(buf + st_bytes + tk_bytes);
-    P.slice_bad = (long long *)slice_area;
-    /* one memset for the library's status word and the tickets (adjacent);
-     * none where the slice kernel runs: it zeroes the status word itself */
-    const int kernel_zeroes = slice && nout > 0;
-    size_t zero = kernel_zeroes ? 0 : (e->device_status ? 0 : st_bytes) + (P.pl.nchunk > 1 ? (size_t)nout * 4 : 0);
-    if (e->device_status && !kernel_zeroes &&
-        (err = cudaMemsetAsync(e->device_status, 0, sizeof(kvc_device_status), stream)) != cudaSuccess)
-        return cuda_fail(err, "cudaMemsetAsync(status)");
-    if (zero && (err = cudaMemsetAsync(e->device_status ? (void *)P.tickets : (void *)buf, 0, zero, stream)) !=
-                    cudaSuccess)
-        return cuda_fail(err, "cudaMemsetAsync(workspace)");
-    if (nout == 0) return KVC_OK;
-    if (general) {
-        if (nout > 0x7FFFFFFFLL)
-            return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs = %lld exceeds the CUDA grid", nout);
-        P.pl.small_k = a->head_dim == 128 ? KVC_GEN_K_MAX : 1; /* outputs per CTA */
-        const long long ctas = (nout + P.pl.small_k - 1) / P.pl.small_k;
-        general_kernel<<<(unsigned)ctas, (unsigned)(P.pl.small_k * a->head_dim), 0, stream>>>(P);
-        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
-        return KVC_OK;
+    long long base = 0;
+    for (int s = 0; s < n; s++) {
+        const kvc_status st = launch_set(&sp[s], s, base, (char *)ws->buf, ws->gen_cap, e, stream, dev);
+        if (st != KVC_OK) return st;
+        base += sets[s].num_outputs;
     }
-    if (slice) {
-        /* one CTA per (output, 16-segment chunk, 64-dim slice) */
-        const int nch = (int)(nseg / 16);
-        const unsigned blocks = (unsigned)(nout * 8 * nch);
-        P.ahead = (long long)sm_count(dev) * KVC_CUDA_SLICE_CTAS_PER_SM / (8 * nch);
-        const int dense = a->state_stride_token == 1024; /* TS: the token stride at compile time */
-        const int lg = nch == 1 ? 0 : nch == 2 ? 1 : 2;
-        const kernel_fn slice_k = kSliceKernels[fastnum][lg][dense], finish_k = kSliceFinish[fastnum][lg];
-        slice_k<<<blocks, 256, 0, stream>>>(P);
-        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
-        /* the finisher: programmatic dependent launch (sm_90), so that its
-         * launch overlaps the slice kernel's last wave */
-        cudaLaunchConfig_t cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.gridDim = dim3((unsigned)nout);
-        cfg.blockDim = dim3(nch == 1 ? 128 : kvc_cuda_d2::kDG);
-        cfg.stream = stream;
-        cudaLaunchAttribute at;
-        at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at.val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = &at;
-        cfg.numAttrs = sm_major(dev) >= 9 ? 1 : 0;
-        err = cudaLaunchKernelEx(&cfg, finish_k, P);
-        if (err != cudaSuccess) { /* the slice area back to EMPTY for the next call: nothing will read it */
-            cudaMemsetAsync(slice_area, 0xFF, slice_need, stream);
-            return cuda_fail(err, "kernel launch");
-        }
-        return KVC_OK;
-    }
-    const long long blocks = P.pl.groups;
-    if (blocks > 0x7FFFFFFFLL)
-        return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);
-    if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
-        kSmallKernels[fastnum]<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
-        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
-        return KVC_OK;
-    }
-    size_t smem = (size_t)(L * 3 * 512) * sizeof(float); /* lane states; >= 512 + 8 floats for the finaliser */
-    /* every chunk kk = ch / L full segments on the fast path: a kernel with
-     * only that body (1/8 of the code, and faster) */
-    const int kf = P.fast && full ? (int)(ch / L) : 0;
-    const unsigned threads = (unsigned)((dpt == 1 ? kvc_cuda_d1::kDG : kvc_cuda_d2::kDG) * L);
-    main_kernel_for(dpt, fastnum, kf)<<<(unsigned)blocks, threads, smem, stream>>>(P);
-    if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
     return KVC_OK;
 }
 

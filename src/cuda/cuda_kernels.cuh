@@ -280,15 +280,32 @@ __device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_tabl
     }
 }
 
-__device__ void record_error(kvc_device_status *st, int check, long long o, long long value) {
+/* Before a kernel's first access of the status word: where the call zeroed
+ * it in a kernel of its own (status_zero_kernel) and launched this one as
+ * its programmatic dependent (sm_90), wait for that kernel; otherwise a
+ * no-op.  (Each call after the first returns at once.) */
+__device__ __forceinline__ void status_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* The call's first index error, if none is recorded yet: output o of this
+ * set (kvc_compress_many: numbered from P.pl.out_base). */
+__device__ void record_error(const launch_params &P, int check, long long o, long long value) {
+    kvc_device_status *st = P.status;
+    status_wait();
     if (atomicCAS(&st->status, 0, (int)KVC_ERROR_INDEX_OUT_OF_RANGE) == 0) {
         st->check = check;
-        st->output = o;
+        st->output = P.pl.out_base + o;
         st->value = value;
     }
 }
 
-__device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull); }
+__device__ void count(int64_t *field) {
+    status_wait();
+    atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull);
+}
 
 /* After kvc_check_output(o) gave chk and inf: 1 when the output is skipped
  * (an index error, recorded and counted, or padding, counted) -- the counts
@@ -296,7 +313,7 @@ __device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long
 __device__ int skip_output(const launch_params &P, int chk, long long o, const kvc_out_info &inf, int me) {
     if (chk != KVC_CHECK_NONE) {
         if (me) {
-            record_error(P.status, chk, o, inf.value);
+            record_error(P, chk, o, inf.value);
             count(&P.status->outputs_invalid);
         }
         return 1;
@@ -561,7 +578,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     fill_rows(P, inf, r0, (int)(rend - r0), &rt);
     __syncthreads();
     const int bad_rows = rt.bad;
-    if (bad_rows && tid == 0) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, rt.bad_g);
+    if (bad_rows && tid == 0) record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o, rt.bad_g);
 
     stv st;
     if (!bad_rows) {
@@ -695,7 +712,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
             if (!s_ok[k]) continue;
             if (!s_bad[k]) return k;
             if (q == 0) {
-                record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o0 + k, s_badg[k]);
+                record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o0 + k, s_badg[k]);
                 count(&P.status->outputs_invalid);
             }
         }
@@ -736,6 +753,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         k = kk;
     }
     /* one atomic per CTA and counter, not one per output */
+    if (q == 0) status_wait();
     if (q == 0 && written)
         atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_written), (unsigned long long)written);
     if (q == 0 && nonfinite)

@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(256, KVC_CUDA_SLICE_CTAS_PER_SM) slice_kernel(
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
-    if (blockIdx.x == 0 && threadIdx.x < sizeof(kvc_device_status) / 4) /* the call's status word: zero */
+    /* the call's status word: zero (not a later set of kvc_compress_many) */
+    if (!P.pl.keep_status && blockIdx.x == 0 && threadIdx.x < sizeof(kvc_device_status) / 4)
         reinterpret_cast<int *>(P.status)[threadIdx.x] = 0;
     const long long o = blockIdx.x / (8 * NCH);
     const int j = (int)(blockIdx.x % (8 * NCH)) >> 3, sl = blockIdx.x & 7;
@@ -377,7 +378,7 @@ __global__ void __launch_bounds__(NCH == 1 ? 128 : DG) slice_finish_kernel(const
 #endif
     if (skip_output(P, chk, o, inf, q == 0)) return;
     if (badblk) {
-        if (g != SLICE_OK) record_error(P.status, KVC_CHECK_PHYSICAL_BLOCK, o, g);
+        if (g != SLICE_OK) record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o, g);
         if (q == 0) count(&P.status->outputs_invalid);
         return;
     }

@@ -450,12 +450,13 @@ static int report_check(__global kvc_cl_status *st, long o, int chk, long value,
     }
     return 1;
 }
-/* Output o's index checks, reported as report_check says (inf filled). */
+/* Output o's index checks, reported as report_check says (inf filled; an
+ * error names output base + o: kvc_plan's out_base). */
 static int output_of(const kvc_shape *sh, __global const long *bidx, __global const long *slots,
                      __global const int *t2r, __global const long *positions, __global const int *table,
-                     __global kvc_cl_status *st, long o, int first, kvc_out_info *inf) {
+                     __global kvc_cl_status *st, long base, long o, int first, kvc_out_info *inf) {
     const int chk = kvc_check_output_s(sh, bidx, slots, t2r, positions, table, o, inf, 0);
-    return report_check(st, o, chk, inf->value, inf->slot, first);
+    return report_check(st, base + o, chk, inf->value, inf->slot, first);
 }
 
 /* The chunk's rows [r0, r0 + 8 csize) (clipped to the window): offsets of the
@@ -561,7 +562,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     const int chk = kvc_check_output_s(&sh, bidx, slots, t2r, positions, table, o, &inf, 0);
     if (chk != KVC_CHECK_NONE) { /* every group of the output sees it: all return */
         if (q == 0 && j == 0) {
-            record_error(st, chk, o, inf.value);
+            record_error(st, chk, pl.out_base + o, inf.value);
             atomic_inc(&st->invalid);
         }
         return;
@@ -587,7 +588,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int bad_rows = bad;
-    if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, bad_g);
+    if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, pl.out_base + o, bad_g);
     const long sdelta = kvc_score_delta(sh.overlap != 0, 512);
     /* (with a bad row the offsets are -1 and the result is discarded) */
     st2 res;
@@ -745,12 +746,12 @@ __kernel __attribute__((reqd_work_group_size(2 * KVC_CL_WG, 1, 1))) void kvc_com
     const int q = (int)get_local_id(0);
 
     kvc_out_info inf;
-    if (!output_of(&sh, bidx, slots, t2r, positions, table, st, o, q == 0 && j == 0, &inf)) return;
+    if (!output_of(&sh, bidx, slots, t2r, positions, table, st, pl.out_base, o, q == 0 && j == 0, &inf)) return;
     long cstart, csize;
     kvc_chunk_of(pl.nseg, pl.ch, j, &cstart, &csize);
     fill_rows(&sh, &pl, &inf, table, cstart, csize, rowoff, &bad, &masked, &bad_g, q, 512);
     const int bad_rows = bad;
-    if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, bad_g);
+    if (bad_rows && q == 0) record_error(st, KVC_CHECK_PHYSICAL_BLOCK, pl.out_base + o, bad_g);
     st1 r1;
     r1.m = r1.d = r1.n = 0.0f;
     if (!bad_rows) /* (a bad row: offsets -1, nothing read, the output is invalid) */
@@ -811,7 +812,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     const int kn = (int)(sh.num_outputs - o0 < pl.small_k ? sh.num_outputs - o0 : pl.small_k);
     if (q < kn) { /* work-item q: output o0 + q's checks (it records its own error or padding) */
         kvc_out_info inf;
-        const int ok = output_of(&sh, bidx, slots, t2r, positions, table, st, o0 + q, 1, &inf);
+        const int ok = output_of(&sh, bidx, slots, t2r, positions, table, st, pl.out_base, o0 + q, 1, &inf);
         long po = 0, so = 0;
         if (ok) kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, sh.nope_format, &po, &so);
         s_ok[q] = ok;
@@ -843,7 +844,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     int k = 0;
     while (k < kn && (!s_ok[k] || s_bad[k])) {
         if (q == 0 && s_ok[k]) {
-            record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o0 + k, s_badg[k]);
+            record_error(st, KVC_CHECK_PHYSICAL_BLOCK, pl.out_base + o0 + k, s_badg[k]);
             atomic_inc(&st->invalid);
         }
         k++;
@@ -855,7 +856,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         int kk = k + 1;
         while (kk < kn && (!s_ok[kk] || s_bad[kk])) {
             if (q == 0 && s_ok[kk]) {
-                record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o0 + kk, s_badg[kk]);
+                record_error(st, KVC_CHECK_PHYSICAL_BLOCK, pl.out_base + o0 + kk, s_badg[kk]);
                 atomic_inc(&st->invalid);
             }
             kk++;
@@ -889,7 +890,8 @@ __kernel void kvc_compress_general(KVC_CL_KERNEL_ARGS, __global const float *bia
     kvc_out_info inf;
     inf.r = inf.p = inf.pc = inf.slot = 0;
     /* no return past the first barrier (PoCL): a skipped output only stops the writes */
-    const int live = o < sh.num_outputs && output_of(&sh, bidx, slots, t2r, positions, table, st, o, d == 0, &inf);
+    const int live =
+        o < sh.num_outputs && output_of(&sh, bidx, slots, t2r, positions, table, st, pl.out_base, o, d == 0, &inf);
     if (d == 0) sc->bad_row = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
     const float c = live ? kvc_gen_reduce(&sh, state, table + inf.r * sh.block_table_stride,
@@ -898,7 +900,7 @@ __kernel void kvc_compress_general(KVC_CL_KERNEL_ARGS, __global const float *bia
     barrier(CLK_LOCAL_MEM_FENCE);
     const int ok = live && !sc->bad_row;
     if (live && !ok && d == 0) {
-        record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, sc->bad_g);
+        record_error(st, KVC_CHECK_PHYSICAL_BLOCK, pl.out_base + o, sc->bad_g);
         atomic_inc(&st->invalid);
     }
     long po = 0, so = 0;

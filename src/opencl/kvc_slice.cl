@@ -203,21 +203,22 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
 }
 
 /* The call's status word: zero (group 0; nothing reads or writes it before
- * kvc_slice_finish, enqueued after the slice kernel). */
-static inline void zero_status(__global kvc_cl_status *st) {
-    if (get_group_id(0) == 0 && get_local_id(0) < sizeof(kvc_cl_status) / sizeof(int))
+ * kvc_slice_finish, enqueued after the slice kernel), but for a set after
+ * the first of kvc_compress_many. */
+static inline void zero_status(__global kvc_cl_status *st, const kvc_plan *pl) {
+    if (!pl->keep_status && get_group_id(0) == 0 && get_local_id(0) < sizeof(kvc_cl_status) / sizeof(int))
         ((__global int *)st)[get_local_id(0)] = 0;
 }
 
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_slice(KVC_CL_KERNEL_ARGS) {
     __local kvc_slice_local L;
-    zero_status(st);
+    zero_status(st, &pl);
     slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0);
 }
 
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_slice_dense(KVC_CL_KERNEL_ARGS) {
     __local kvc_slice_local L;
-    zero_status(st);
+    zero_status(st, &pl);
     slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 1024);
 }
 
@@ -339,7 +340,8 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void kvc_slice_finish(
             for (int k = 0; k < 2; k++) c[2 * hf + k] = KVC_DIV(x0.n[k], x0.d[k]);
         }
     }
-    const int fin = report_check(st, o, (int)chk, value, slot, q == 0); /* (the same for all work-items) */
+    /* (the same for all work-items) */
+    const int fin = report_check(st, pl.out_base + o, (int)chk, value, slot, q == 0);
     if (fin) fin128_cos_sin(cos_sin + pc * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, csv);
     if (q < 8) flags[q] = 0;
     if (q == 8) flags[8] = ngroups;
@@ -361,7 +363,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void kvc_slice_finish(
     const int fb = flags[8];
     if (fb < ngroups) { /* a slice group met a bad physical block: the output is invalid */
         if (q == 0) {
-            record_error(st, KVC_CHECK_PHYSICAL_BLOCK, o, tickets[2 * (ngroups * o + fb) + 1]);
+            record_error(st, KVC_CHECK_PHYSICAL_BLOCK, pl.out_base + o, tickets[2 * (ngroups * o + fb) + 1]);
             atomic_inc(&st->invalid);
         }
         return;

@@ -416,16 +416,20 @@ static kvc_status enqueue(cl_command_queue q, cl_kernel k, const kvc_shape *sh, 
     return err == CL_SUCCESS ? KVC_OK : cl_fail(err, "clEnqueueNDRangeKernel");
 }
 
-/* Zero the call's status word with a fill (in queue order). */
-static kvc_status zero_status(cl_command_queue q, cl_mem status) {
+/* Zero the call's status word with a fill (in queue order); keep (a set
+ * after the first of kvc_compress_many): nothing. */
+static kvc_status zero_status(cl_command_queue q, cl_mem status, int keep) {
+    if (keep) return KVC_OK;
     const cl_int zero = 0;
     const cl_int err = clEnqueueFillBuffer(q, status, &zero, sizeof zero, 0, sizeof(kvc_cl_status), 0, NULL, NULL);
     return err == CL_SUCCESS ? KVC_OK : cl_fail(err, "clEnqueueFillBuffer(status)");
 }
 
-/* The commands of one call on queue q (the caller holds ws->call). */
+/* The commands of one set on queue q (the caller holds ws->call): set
+ * `set` of a call, whose outputs are numbered from out_base. */
 static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_queue q, const cl_entry *ent,
-                               cl_queue_ws *ws) {
+                               cl_queue_ws *ws, int set, long long out_base) {
+    const int keep = set > 0;
     cl_mem status = e->device_status ? (cl_mem)(void *)e->device_status : ws->status;
     kvc_status st;
     cl_int err;
@@ -433,15 +437,9 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     /* the status word is zeroed by a fill, or by the slice kernels
      * themselves (kvc_slice.cl: a command fewer per call); every return
      * before the kernels fills it */
-    if (a->num_outputs == 0) return zero_status(q, status);
-    /* every counter of kvc_cl_status counts outputs, each at most once */
-    if (a->num_outputs > 0x7FFFFFFFLL) {
-        zero_status(q, status);
-        return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs = %lld: the OpenCL backend's status counters are 32-bit "
-                        "(at most 2147483647 outputs per call)", (long long)a->num_outputs);
-    }
+    if (a->num_outputs == 0) return zero_status(q, status, keep);
     if (kvc_needs_general(a)) { /* kvc_general.h: one group of head_dim work-items per output */
-        if ((st = zero_status(q, status)) != KVC_OK) return st;
+        if ((st = zero_status(q, status, keep)) != KVC_OK) return st;
         /* head width 128: up to KVC_GEN_K_MAX outputs a group, as the device's work-groups allow */
         long long k = a->head_dim == 128 ? (long long)(ent->general_wg / 128) : 1;
         k = k > KVC_GEN_K_MAX ? KVC_GEN_K_MAX : k;
@@ -456,6 +454,8 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
             return st;
         const kvc_shape sh = kvc_shape_of(a);
         kvc_plan pl = {0};
+        pl.out_base = out_base;
+        pl.keep_status = keep;
         pl.small_k = k; /* outputs per group */
         pl.groups = (a->num_outputs + k - 1) / k;
         const cl_mem bufs[13] = {(cl_mem)(void *)a->state_cache, (cl_mem)(void *)a->token_to_req,
@@ -479,6 +479,8 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
                                  0};
     kvc_plan pl;
     kvc_plan_make(a->num_outputs, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &pl);
+    pl.out_base = out_base;
+    pl.keep_status = keep;
     /* 8-byte loads: buffers start aligned (offset 0), so both strides even */
     pl.vec = a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0;
     /* the slice kernels (kvc_slice.cl) for C = 128 / 256 / 512 without
@@ -513,10 +515,10 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     if (st == KVC_OK) st = grow(ent->ctx, &ws->tickets, &ws->tickets_bytes, tickets_bytes, "ticket");
     cl_mem states = ws->states, tickets = ws->tickets;
     if (st != KVC_OK) {
-        zero_status(q, status);
+        zero_status(q, status, keep);
         return st;
     }
-    if (!slice && (st = zero_status(q, status)) != KVC_OK) return st;
+    if (!slice && (st = zero_status(q, status, keep)) != KVC_OK) return st;
     if (shared_states &&
         (err = clEnqueueFillBuffer(q, tickets, &zero, sizeof zero, 0, (size_t)a->num_outputs * 4, 0, NULL, NULL)) !=
             CL_SUCCESS)
@@ -597,19 +599,33 @@ static kvc_status check_buffers(const kvc_args *a, const kvc_exec *e) {
     return KVC_OK;
 }
 
-static kvc_status opencl_compress(const kvc_args *a, const kvc_exec *e, kvc_report *rep) {
+static kvc_status opencl_compress(const kvc_args *a, int n, const kvc_exec *e, kvc_report *rep) {
     cl_command_queue q = (cl_command_queue)e->stream;
     if (!q) return kvc_fail(KVC_ERROR_NULL_POINTER, "exec->stream = NULL: the OpenCL backend needs a cl_command_queue");
     if (rep) {
         rep->outputs_written = rep->outputs_padding = rep->outputs_nonfinite = -1;
         rep->device_async = 1;
     }
-    kvc_status st = check_buffers(a, e);
+    kvc_status st = KVC_OK;
+    long long total = 0;
+    for (int i = 0; i < n && st == KVC_OK; i++) {
+        if ((st = check_buffers(&a[i], e)) != KVC_OK && n > 1) kvc_prefix_error(st, "args[%d]: ", i);
+        total += a[i].num_outputs;
+    }
     if (st != KVC_OK) return st;
+    /* every counter of kvc_cl_status counts outputs, each at most once */
+    if (total > 0x7FFFFFFFLL)
+        return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld outputs: the OpenCL backend's status counters are 32-bit (at most "
+                        "2147483647 outputs per call)", total);
     cl_queue_ws *ws;
     if ((st = queue_acquire(q, &ws)) != KVC_OK) return st;
     pthread_mutex_lock(&ws->call);
-    st = enqueue_call(a, e, q, ws->ent, ws);
+    /* the sets in queue order, one status word: zeroed by the first */
+    long long base = 0;
+    for (int i = 0; i < n && st == KVC_OK; i++) {
+        st = enqueue_call(&a[i], e, q, ws->ent, ws, i, base);
+        base += a[i].num_outputs;
+    }
     pthread_mutex_unlock(&ws->call);
     queue_release(ws);
     return st;

@@ -15,9 +15,10 @@
 #include "kvc_kit.h"
 #include "kvc_check.h"
 
-/* The case through the backend under test (host-resident args; GPU kits copy
- * in and out).  The GPU's first device-side error comes back as a status. */
-static kvc_status run_backend(const kvc_conform_opts *o, const kvc_args *a, kvc_report *rep, char *msg,
+/* n argument sets through the backend under test in one kvc_compress_many
+ * call (host-resident args; GPU kits copy in and out).  The GPU's first
+ * device-side error comes back as a status. */
+static kvc_status run_backend(const kvc_conform_opts *o, const kvc_args *a, int n, kvc_report *rep, char *msg,
                               size_t len) {
     kvc_status st;
     if (o->backend == KVC_BACKEND_CPU) {
@@ -25,16 +26,16 @@ static kvc_status run_backend(const kvc_conform_opts *o, const kvc_args *a, kvc_
         kvc_exec_init(&ex);
         ex.backend = KVC_BACKEND_CPU;
         ex.num_threads = o->threads;
-        st = kvc_compress(a, &ex, rep);
+        st = kvc_compress_many(a, n, &ex, rep);
     } else if (o->backend == KVC_BACKEND_CUDA) {
 #ifdef KVC_KIT_WITH_CUDA
-        st = kvc_kit_cuda_run(a, rep, NULL);
+        st = kvc_kit_cuda_run_many(a, n, rep, NULL);
 #else
         st = KVC_ERROR_BACKEND_UNAVAILABLE;
 #endif
     } else {
 #ifdef KVC_KIT_WITH_OPENCL
-        st = kvc_kit_opencl_run(a, rep, NULL);
+        st = kvc_kit_opencl_run_many(a, n, rep, NULL);
 #else
         st = KVC_ERROR_BACKEND_UNAVAILABLE;
 #endif
@@ -82,34 +83,44 @@ static int golden_bytes(const char *dir, const kvc_golden_case *g, const kvc_cas
     return bad;
 }
 
-/* One case: the CPU backend (all cores) and the backend under test on the
- * same poison; every byte of the two KV caches equal, and the counts of
- * written, padding and non-finite outputs (a GPU's from its status word).
- * @return 0 = pass. */
-static int one_case(const kvc_conform_opts *o, kvc_case *c, uint64_t seed, char *msg, size_t len) {
-    const size_t bytes = c->kv_cache_bytes;
-    uint8_t *want = malloc(bytes ? bytes : 1);
-    if (!want) {
-        snprintf(msg, len, "out of memory");
-        return 1;
-    }
-    kvc_kit_poison(want, bytes, seed);
-    kvc_args ref = c->args;
-    ref.kv_cache = want;
+/* n cases: each through the CPU backend (all cores, a call each) and all
+ * through the backend under test in one kvc_compress_many call, on the same
+ * poison; every byte of each pair of KV caches equal, and the counts of
+ * written, padding and non-finite outputs (summed over the cases; a GPU's
+ * from its status word).  @return 0 = pass. */
+static int cases_conform(const kvc_conform_opts *o, kvc_case *const *c, int n, uint64_t seed, char *msg,
+                         size_t len) {
+    uint8_t *want[KVC_MANY_MAX] = {0};
+    kvc_args args[KVC_MANY_MAX];
+    kvc_report want_rep = {0}, rep;
+    memset(&rep, 0, sizeof rep);
     kvc_exec ex;
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CPU;
     int bad = 0;
-    kvc_report want_rep, rep;
-    memset(&rep, 0, sizeof rep);
-    if (kvc_compress(&ref, &ex, &want_rep) != KVC_OK) {
-        snprintf(msg, len, "CPU reference: %.300s", kvc_last_error_message());
-        bad = 1;
+    for (int i = 0; i < n && !bad; i++) {
+        const size_t bytes = c[i]->kv_cache_bytes;
+        want[i] = malloc(bytes ? bytes : 1);
+        if (!want[i]) {
+            snprintf(msg, len, "out of memory");
+            bad = 1;
+            break;
+        }
+        kvc_kit_poison(want[i], bytes, seed + 101 * (uint64_t)i);
+        kvc_args ref = c[i]->args;
+        ref.kv_cache = want[i];
+        kvc_report r1;
+        if (kvc_compress(&ref, &ex, &r1) != KVC_OK) {
+            snprintf(msg, len, "CPU reference%s: %.300s", n > 1 ? " of a set" : "", kvc_last_error_message());
+            bad = 1;
+        }
+        want_rep.outputs_written += r1.outputs_written;
+        want_rep.outputs_padding += r1.outputs_padding;
+        want_rep.outputs_nonfinite += r1.outputs_nonfinite;
+        kvc_kit_poison(c[i]->kv_cache, bytes, seed + 101 * (uint64_t)i);
+        args[i] = c[i]->args;
     }
-    if (!bad) {
-        kvc_kit_poison(c->kv_cache, bytes, seed);
-        bad = run_backend(o, &c->args, &rep, msg, len) != KVC_OK;
-    }
+    if (!bad) bad = run_backend(o, args, n, &rep, msg, len) != KVC_OK;
     if (!bad && (rep.outputs_written != want_rep.outputs_written || rep.outputs_padding != want_rep.outputs_padding ||
                  rep.outputs_nonfinite != want_rep.outputs_nonfinite)) {
         snprintf(msg, len, "counts written / padding / non-finite %lld / %lld / %lld, CPU %lld / %lld / %lld",
@@ -118,18 +129,26 @@ static int one_case(const kvc_conform_opts *o, kvc_case *c, uint64_t seed, char 
                  (long long)want_rep.outputs_nonfinite);
         bad = 1;
     }
-    if (!bad && memcmp(c->kv_cache, want, bytes) != 0) {
+    for (int i = 0; i < n && !bad; i++) {
+        const size_t bytes = c[i]->kv_cache_bytes;
+        if (memcmp(c[i]->kv_cache, want[i], bytes) == 0) continue;
         size_t k = 0;
-        while (c->kv_cache[k] == want[k]) k++;
-        kvc_args r = c->args;
+        while (c[i]->kv_cache[k] == want[i][k]) k++;
+        kvc_args r = c[i]->args;
         kvc_resolve_strides(&r);
         const int64_t ps = r.page_stride;
-        snprintf(msg, len, "kv_cache byte %zu (page %lld, offset %lld): 0x%02x, CPU 0x%02x", k,
-                 (long long)(k / (size_t)ps), (long long)(k % (size_t)ps), c->kv_cache[k], want[k]);
+        char set[24] = "";
+        if (n > 1) snprintf(set, sizeof set, "set %d: ", i);
+        snprintf(msg, len, "%skv_cache byte %zu (page %lld, offset %lld): 0x%02x, CPU 0x%02x", set, k,
+                 (long long)(k / (size_t)ps), (long long)(k % (size_t)ps), c[i]->kv_cache[k], want[i][k]);
         bad = 1;
     }
-    free(want);
+    for (int i = 0; i < n; i++) free(want[i]);
     return bad;
+}
+
+static int one_case(const kvc_conform_opts *o, kvc_case *c, uint64_t seed, char *msg, size_t len) {
+    return cases_conform(o, &c, 1, seed, msg, len);
 }
 
 static void report(const kvc_conform_opts *o, kvc_conform_result *r, int bad, const char *kind, const char *name,
@@ -179,6 +198,19 @@ static const path_shape k_paths[] = {
     {2, 512, 32, 8, 64, 1, 0, 1, 1, 0},   {1, 512, 128, 8, 64, 1, 0, 1, 1, 0}, {1, 1024, 512, 8, 2, 0, 1, 0, 0, 0},
     {1, 1024, 1024, 16, 64, 1, 0, 0, 1, 0}, {1, 2048, 2048, 8, 64, 1, 1, 0, 0, 0}, {3, 777, 4, 4, 64, 1, 1, 1, 1, 1},
     {2, 4096, 128, 64, 2, 1, 1, 0, 1, 0},   {2, 1024, 256, 12, 64, 1, 1, 1, 1, 0}, {1, 512, 128, 4, 64, 0, 0, 1, 1, 0},
+};
+
+/* kvc_compress_many: decode-sized sets in one call -- a CSA layer's two
+ * compressors (main and indexer), the three decode kernels of the GPUs
+ * (slice, one-segment, general) together, the chunked kernel after the
+ * one-segment one -- with a padding output in the last set. */
+static const char *const k_many[][3] = {
+    {"reqs=64,tokens=256,C=4,block=4,overlap=1,format=fp8,pos0=32764",
+     "reqs=64,tokens=256,C=4,block=4,overlap=1,format=indexer_mxfp4,rotate=1,pos0=32764", NULL},
+    {"reqs=8,tokens=1024,C=128,block=8,format=fp8,kv_block=2,pos0=32640",
+     "reqs=8,tokens=32,C=4,block=4,overlap=1,format=fp8,pos0=32764",
+     "reqs=8,tokens=32,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,state=bf16,pos0=32764"},
+    {"reqs=3,tokens=777,C=4,block=4,overlap=1,kv_block=64", "reqs=2,tokens=2000,C=1000,block=16", NULL},
 };
 
 int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
@@ -251,6 +283,30 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         if (!bad) bad = one_case(o, &c, 11 + (uint64_t)i, msg, sizeof msg);
         report(o, r, bad, "path", name, msg);
         if (c.state_cache) kvc_case_free(&c);
+    }
+    for (int i = 0; i < (int)(sizeof k_many / sizeof k_many[0]); i++) {
+        kvc_case cs[3], *cp[3];
+        int n = 0, bad = 0;
+        msg[0] = 0;
+        char name[400] = "";
+        for (; n < 3 && k_many[i][n]; n++) {
+            kvc_case_params p;
+            memset(&cs[n], 0, sizeof cs[n]);
+            cp[n] = &cs[n];
+            snprintf(name + strlen(name), sizeof name - strlen(name), "%s%s", n ? " + " : "", k_many[i][n]);
+            if (bad) continue;
+            bad = kvc_kit_parse_spec(k_many[i][n], &p, msg, sizeof msg) != 0;
+            if (!bad && kvc_case_generate(&p, 0, &cs[n]) != KVC_OK) {
+                snprintf(msg, sizeof msg, "generate: %.300s", kvc_last_error_message());
+                bad = 1;
+            }
+        }
+        kvc_case *last = &cs[n - 1];
+        if (!bad && last->args.num_outputs > 1) last->kv_slot_mapping[last->boundary_token_indices[1]] = -1;
+        if (!bad) bad = cases_conform(o, cp, n, 13 + (uint64_t)i, msg, sizeof msg);
+        report(o, r, bad, "many", name, msg);
+        for (int k = 0; k < n; k++)
+            if (cs[k].state_cache) kvc_case_free(&cs[k]);
     }
     return 0;
 }

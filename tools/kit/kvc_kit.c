@@ -507,15 +507,24 @@ void kvc_kit_release(const kvc_kit_mem *m, kvc_kit_dev_args *x) {
     memset(x, 0, sizeof *x);
 }
 
-kvc_status kvc_kit_device_run(const kvc_kit_mem *m, const kvc_exec *ex, const kvc_args *a, kvc_report *rep,
+kvc_status kvc_kit_device_run(const kvc_kit_mem *m, const kvc_exec *ex, const kvc_args *a, int n, kvc_report *rep,
                               kvc_device_status *ds) {
-    kvc_kit_dev_args x;
+    kvc_kit_dev_args x[KVC_MANY_MAX];
     char err[256];
-    if (kvc_kit_upload(m, a, &x, err, sizeof err) != 0) {
-        fprintf(stderr, "kvc_kit_device_run: %s\n", err);
-        return KVC_ERROR_DEVICE;
+    if (n < 0 || n > KVC_MANY_MAX) return KVC_ERROR_BAD_PARAMETER;
+    int up = 0;
+    kvc_status st = KVC_OK;
+    kvc_args d[KVC_MANY_MAX];
+    memset(d, 0, sizeof d);
+    for (; up < n; up++) {
+        if (kvc_kit_upload(m, &a[up], &x[up], err, sizeof err) != 0) {
+            fprintf(stderr, "kvc_kit_device_run: %s\n", err);
+            st = KVC_ERROR_DEVICE;
+            break;
+        }
+        d[up] = x[up].d;
     }
-    kvc_status st = kvc_compress(&x.d, ex, rep);
+    if (st == KVC_OK) st = kvc_compress_many(d, n, ex, rep);
     if (st == KVC_OK) {
         kvc_device_status s;
         st = kvc_read_status(ex, &s);
@@ -526,9 +535,10 @@ kvc_status kvc_kit_device_run(const kvc_kit_mem *m, const kvc_exec *ex, const kv
             rep->outputs_nonfinite = s.outputs_nonfinite;
         }
         if (st == KVC_OK && s.status != 0) st = (kvc_status)s.status;
-        if (x.kv_bytes && m->get(x.h[KVC_KIT_KV], a->kv_cache, x.kv_bytes) != 0) st = KVC_ERROR_DEVICE;
+        for (int i = 0; i < n; i++)
+            if (x[i].kv_bytes && m->get(x[i].h[KVC_KIT_KV], a[i].kv_cache, x[i].kv_bytes) != 0) st = KVC_ERROR_DEVICE;
     }
-    kvc_kit_release(m, &x);
+    for (int i = 0; i < up; i++) kvc_kit_release(m, &x[i]);
     return st;
 }
 

@@ -97,21 +97,25 @@ typedef struct kvc_kit_dev_args {
 int kvc_kit_upload(const kvc_kit_mem *m, const kvc_args *host, kvc_kit_dev_args *x, char *err, size_t errlen);
 void kvc_kit_release(const kvc_kit_mem *m, kvc_kit_dev_args *x);
 /**
- * Upload, run with `ex` (a GPU backend and its stream), read the status word
- * (its counts into rep), copy kv_cache back into a->kv_cache.  @return the
- * call's status, or the first device-side error's.
+ * Upload n argument sets, run them with `ex` (a GPU backend and its stream)
+ * in one kvc_compress_many call, read the status word (its counts into rep),
+ * copy each kv_cache back into a[i].kv_cache.  @return the call's status, or
+ * the first device-side error's.
  */
-kvc_status kvc_kit_device_run(const kvc_kit_mem *m, const kvc_exec *ex, const kvc_args *a, kvc_report *rep,
+kvc_status kvc_kit_device_run(const kvc_kit_mem *m, const kvc_exec *ex, const kvc_args *a, int n, kvc_report *rep,
                               kvc_device_status *ds);
 
 /**
  * Run host-resident args on the CUDA backend: copy every tensor to the
  * device, run, read the status word, copy kv_cache back.  Returns the first
- * device-side error as a status.  Only with KVC_KIT_WITH_CUDA.
+ * device-side error as a status.  Only with KVC_KIT_WITH_CUDA.  _many: n
+ * sets in one kvc_compress_many call.
  */
 kvc_status kvc_kit_cuda_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds);
+kvc_status kvc_kit_cuda_run_many(const kvc_args *a, int n, kvc_report *rep, kvc_device_status *ds);
 /** The same on the kit's OpenCL device (KVC_OPENCL_DEVICE=N picks one).  Only with KVC_KIT_WITH_OPENCL. */
 kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds);
+kvc_status kvc_kit_opencl_run_many(const kvc_args *a, int n, kvc_report *rep, kvc_device_status *ds);
 /** The kit's device memory (for the benchmark code, tools/bench_*.c*). */
 extern const kvc_kit_mem kvc_kit_cuda_mem, kvc_kit_opencl_mem;
 /** The kit's OpenCL profiling queue (a cl_command_queue), created on first use; NULL without a device. */

@@ -24,10 +24,14 @@ static int cuda_get(void *h, void *dst, size_t bytes) {
 static void cuda_drop(void *h) { cudaFree(h); }
 extern "C" const kvc_kit_mem kvc_kit_cuda_mem = {cuda_put, cuda_get, cuda_drop};
 
-extern "C" kvc_status kvc_kit_cuda_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds) {
+extern "C" kvc_status kvc_kit_cuda_run_many(const kvc_args *a, int n, kvc_report *rep, kvc_device_status *ds) {
     kvc_exec ex;
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CUDA;
-    return kvc_kit_device_run(&kvc_kit_cuda_mem, &ex, a, rep, ds);
+    return kvc_kit_device_run(&kvc_kit_cuda_mem, &ex, a, n, rep, ds);
+}
+
+extern "C" kvc_status kvc_kit_cuda_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds) {
+    return kvc_kit_cuda_run_many(a, 1, rep, ds);
 }
 

@@ -65,13 +65,17 @@ static int cl_get(void *h, void *dst, size_t bytes) {
 static void cl_drop(void *h) { clReleaseMemObject((cl_mem)h); }
 const kvc_kit_mem kvc_kit_opencl_mem = {cl_put, cl_get, cl_drop};
 
-kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds) {
+kvc_status kvc_kit_opencl_run_many(const kvc_args *a, int n, kvc_report *rep, kvc_device_status *ds) {
     if (setup() != 0) return KVC_ERROR_BACKEND_UNAVAILABLE;
     kvc_exec ex;
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_OPENCL;
     ex.stream = g_q;
-    return kvc_kit_device_run(&kvc_kit_opencl_mem, &ex, a, rep, ds);
+    return kvc_kit_device_run(&kvc_kit_opencl_mem, &ex, a, n, rep, ds);
+}
+
+kvc_status kvc_kit_opencl_run(const kvc_args *a, kvc_report *rep, kvc_device_status *ds) {
+    return kvc_kit_opencl_run_many(a, 1, rep, ds);
 }
 
 void *kvc_kit_opencl_queue(void) { return setup() == 0 ? (void *)g_q : NULL; }
