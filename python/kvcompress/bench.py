@@ -148,10 +148,60 @@ def decode_main(args):
                     name = f"dec_r{reqs}_c{C}" + ("" if fmt == "fp8" else "_" + fmt)
                     rows.append(dict(name=name, layout=layout, kvc_us=us, floor_us=floor, x_floor=us / floor))
                     print(f"{name:28} {layout:8} {us:9.1f} {floor:9.2f} {us / floor:8.2f}", flush=True)
+    pairs = _decode_pairs(args, flush, bw, layouts)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(read_bw_gbs=bw, device=torch.cuda.get_device_name(), cases=rows), f, indent=1)
+            json.dump(dict(read_bw_gbs=bw, device=torch.cuda.get_device_name(), cases=rows, pairs=pairs), f,
+                      indent=1)
     return 0
+
+
+def _decode_pairs(args, flush, bw, layouts):
+    """A CSA layer's decode step: its main (FP8) and indexer (INDEXER_FP8)
+    compressors, B requests x 1 output each, as two calls and as one
+    compress_many call, each captured in a CUDA graph and timed by replay."""
+    import torch
+
+    import kvcompress
+    from kvcompress.rand import generate
+    print(f"\n{'main + indexer (CUDA graphs)':28} {'layout':8} {'2 calls':>9} {'many':>9} {'floor_us':>9} "
+          f"{'x_floor':>8} {'many/2':>7}")
+    out = []
+    for layout in layouts:
+        for reqs in (1, 8, 64, 256, 1024):
+            kw = dict(overlap=True, kv_block_size=64, shuffle=(layout == "shuffle"), first_position=32764)
+            with generate(reqs, reqs * 4, 4, 4, kv_format="fp8", seed=reqs, **kw) as a, \
+                    generate(reqs, reqs * 4, 4, 4, kv_format="indexer_fp8", seed=reqs + 1, **kw) as b:
+                calls, floor = [], 0.0
+                for case, fmt in ((a, "fp8"), (b, "indexer_fp8")):
+                    t = [torch.from_numpy(np.array(x)).cuda() if isinstance(x, np.ndarray) else x
+                         for x in case.inputs()]
+                    t[5] = t[5].view(torch.bfloat16)
+                    n = len(case.boundary_token_indices)
+                    floor += (t[0].element_size() * n * 4 * t[0].shape[-1] +
+                              n * _L.kvc_slot_bytes(_lib.NOPE_FORMATS[fmt])) / (bw * 1e9) * 1e6
+                    kwc = dict(kv_format=fmt, overlap=True, kv_block_size=64)
+                    calls.append((t, kwc))
+                many = [dict(zip(("state_cache", "token_to_req", "positions", "boundary_token_indices",
+                                  "block_table", "rms_norm_weight", "cos_sin_cache", "kv_slot_mapping", "kv_cache",
+                                  "block_size", "compress_ratio"), t), **kwc) for t, kwc in calls]
+
+                def graph(fn):
+                    g, s = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+                    with torch.cuda.stream(s):
+                        fn()  # the workspace of stream s made before the capture
+                        with torch.cuda.graph(g, stream=s):
+                            fn()
+                    return g
+                g2 = graph(lambda: [kvcompress.c128_256_512_compress(*t, **kwc) for t, kwc in calls])
+                gm = graph(lambda: kvcompress.compress_many(many))
+                t2 = _time(g2.replay, args.repeat, flush)
+                tm = _time(gm.replay, args.repeat, flush)
+                name = f"pair_r{reqs}_c4"
+                out.append(dict(name=name, layout=layout, two_calls_us=t2, many_us=tm, floor_us=floor))
+                print(f"{name:28} {layout:8} {t2:9.1f} {tm:9.1f} {floor:9.2f} {tm / floor:8.2f} {tm / t2:7.2f}",
+                      flush=True)
+    return out
 
 
 def main(argv=None):

@@ -113,16 +113,16 @@ namespace kvc_cuda_d2f {
 namespace ks = kvc_cuda_d2; /* the one-segment kernel's constants */
 
 /* The general kernel (kvc_general.h): head width 128, a bf16 state or a
- * score bias.  A CTA of P.pl.small_k x head_dim threads for P.pl.small_k
- * outputs (4 at head width 128, else 1); EXACT or FAST.  The threads of a
- * skipped output stay for the CTA's barriers and write nothing. */
-__global__ void __launch_bounds__(512) general_kernel(const launch_params P) {
-    __shared__ kvc_gen_scratch scs[KVC_GEN_K_MAX];
+ * score bias.  A CTA of P.pl.small_k x head_dim = 512 threads for
+ * P.pl.small_k outputs (4 at head width 128, else 1); EXACT or FAST.  The
+ * threads of a skipped output stay for the CTA's barriers and write
+ * nothing.  Its body, CTA number cta of set P: */
+__device__ __forceinline__ void general_body(const launch_params &P, unsigned cta, kvc_gen_scratch *scs) {
     const kvc_args &a = P.a;
     const kvc_shape sh = kvc_shape_of(&a);
     const int D = (int)a.head_dim, k = threadIdx.x / D, d = threadIdx.x % D;
     kvc_gen_scratch *sc = &scs[k];
-    const long long o = (long long)blockIdx.x * P.pl.small_k + k;
+    const long long o = (long long)cta * P.pl.small_k + k;
     kvc_out_info inf;
     inf.r = inf.p = inf.pc = inf.slot = 0;
     const int live = o < a.num_outputs && !ks::skip_output(P, kvc_check_output(&a, o, &inf, 0), o, inf, d == 0);
@@ -145,6 +145,25 @@ __global__ void __launch_bounds__(512) general_kernel(const launch_params P) {
         ks::count(&P.status->outputs_written);
         if (bad) ks::count(&P.status->outputs_nonfinite);
     }
+}
+__global__ void __launch_bounds__(512) general_kernel(const launch_params P) {
+    __shared__ kvc_gen_scratch scs[KVC_GEN_K_MAX];
+    general_body(P, blockIdx.x, scs);
+}
+
+/* kvc_compress_many's sets of one-segment windows (a CSA layer's main and
+ * indexer compressors in decode) as one launch of the general body: set s
+ * takes CTAs end[s - 1] .. end[s] - 1. */
+struct many_params {
+    launch_params p[KVC_MANY_MAX];
+    unsigned end[KVC_MANY_MAX];
+};
+static_assert(sizeof(many_params) <= 32764, "kernel parameters");
+__global__ void __launch_bounds__(512) general_many_kernel(const many_params M) {
+    __shared__ kvc_gen_scratch scs[KVC_GEN_K_MAX];
+    int s = 0;
+    while (blockIdx.x >= M.end[s]) s++;
+    general_body(M.p[s], blockIdx.x - (s ? M.end[s - 1] : 0), scs);
 }
 
 /* The call's status word zeroed by a kernel (a memset before the kernel
@@ -409,7 +428,8 @@ static kvc_status check_device_memory(const kvc_args *a, const kvc_exec *e, cons
 
 /* Launch fn after the stream's previous kernel as its programmatic
  * dependent (sm_90 and later; before, in stream order as any launch). */
-static cudaError_t launch_dependent(kernel_fn fn, unsigned grid, unsigned threads, const launch_params &P,
+template <class Params>
+static cudaError_t launch_dependent(void (*fn)(const Params), unsigned grid, unsigned threads, const Params &P,
                                     cudaStream_t stream, int dev) {
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -636,11 +656,16 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
      * status word stays where the first set zeroes it) */
     set_plan sp[KVC_MANY_MAX];
     size_t gen_need = 0, slice_need = 0;
+    long long total = 0;
+    int fuse = n > 1; /* several sets, all of one-segment windows (decode's C4): one launch */
     for (int s = 0; s < n; s++) {
         plan_set(&sets[s], dev, &sp[s]);
         gen_need = sp[s].gen_need > gen_need ? sp[s].gen_need : gen_need;
         slice_need = sp[s].slice_need > slice_need ? sp[s].slice_need : slice_need;
+        fuse &= sp[s].P.pl.nseg == 1;
+        total += sets[s].num_outputs;
     }
+    fuse &= total <= 0x7FFFFFFFLL;
     const size_t st_bytes = kStatusBytes;
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_acquire_locked(dev, stream, 1);
@@ -706,6 +731,26 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
         ws->slice_cap = sl;
     }
     long long base = 0;
+    if (fuse) { /* one launch of the general body for every set */
+        many_params M; /* (kernel parameters of over 4 KB: CUDA 12.1 on sm_70 and later) */
+        unsigned ctas = 0;
+        for (int s = 0; s < n; s++) {
+            M.p[s] = sp[s].P;
+            launch_params &P = M.p[s];
+            P.status = e->device_status ? e->device_status : (kvc_device_status *)ws->buf;
+            P.pl.out_base = base;
+            P.pl.keep_status = s > 0;
+            P.pl.small_k = P.a.head_dim == 128 ? KVC_GEN_K_MAX : 1; /* outputs per CTA: 512 threads */
+            ctas += (unsigned)((P.a.num_outputs + P.pl.small_k - 1) / P.pl.small_k);
+            M.end[s] = ctas;
+            base += P.a.num_outputs;
+        }
+        status_zero_kernel<<<1, 32, 0, stream>>>(M.p[0].status);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
+        if (ctas && (err = launch_dependent(general_many_kernel, ctas, 512, M, stream, dev)) != cudaSuccess)
+            return cuda_fail(err, "kernel launch");
+        return KVC_OK;
+    }
     for (int s = 0; s < n; s++) {
         const kvc_status st = launch_set(&sp[s], s, base, (char *)ws->buf, ws->gen_cap, e, stream, dev);
         if (st != KVC_OK) return st;
