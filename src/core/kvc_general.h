@@ -162,9 +162,37 @@ KVC_GEN_FN float kvc_gen_reduce(const kvc_shape *sh, KVC_GLOBAL const float *st,
  * (uniformly) before them, running its tail once per work-item.
  */
 
-/** x[0] = the canonical pairwise sum of x[0 .. n) (n = 128 or 512), by
- * the n threads d (x is overwritten). */
-KVC_GEN_FN float kvc_gen_sum(KVC_GEN_LOCAL float *x, int n, int d) {
+/*
+ * The finaliser's exchanges across an output's threads.  OpenCL: through
+ * local memory, a barrier a step.  CUDA: within a warp by shuffles (the
+ * same operations in the same order), across warps through shared memory:
+ * a few barriers instead of two a step.
+ */
+#if defined(__CUDACC__)
+#define KVC_GEN_FULL 0xFFFFFFFFu
+#endif
+
+/** The canonical pairwise sum of the n values v of threads d = 0 .. n - 1
+ * (n = 128 or 512), for every thread (x: scratch). */
+KVC_GEN_FN float kvc_gen_sum(KVC_GEN_LOCAL float *x, float v, int n, int d) {
+#if defined(__CUDACC__)
+    /* levels 1 .. 5 in the warp: thread 2^k j holds the sum of 2^k values */
+    for (int h = 1; h < 32; h <<= 1) v = KVC_ADD(v, __shfl_down_sync(KVC_GEN_FULL, v, h));
+    const int lane = d & 31, w = d >> 5, nw = n >> 5;
+    if (lane == 0) x[w] = v;
+    __syncthreads();
+    if (w == 0) { /* the warps' sums, pairwise in the same order */
+        float t = lane < nw ? x[lane] : 0.0f;
+        for (int h = 1; h < nw; h <<= 1) t = KVC_ADD(t, __shfl_down_sync(KVC_GEN_FULL, t, h));
+        if (lane == 0) x[32] = t;
+    }
+    __syncthreads();
+    const float r = x[32];
+    __syncthreads();
+    return r;
+#else
+    x[d] = v;
+    KVC_GEN_SYNC();
     for (int m = n; m > 1; m >>= 1) {
         const int on = d < m / 2;
         const float t = on ? KVC_ADD(x[2 * d], x[2 * d + 1]) : 0.0f;
@@ -175,12 +203,24 @@ KVC_GEN_FN float kvc_gen_sum(KVC_GEN_LOCAL float *x, int n, int d) {
     const float r = x[0];
     KVC_GEN_SYNC();
     return r;
+#endif
 }
 
 /** Thread d's a as the maximum of its group of g consecutive
- * threads (kvc_max; the order does not matter for the non-NaN values it is
- * used on). */
+ * threads (g = 32, 64 or 128; kvc_max: the order does not matter for the
+ * non-NaN values it is used on). */
 KVC_GEN_FN float kvc_gen_group_max(KVC_GEN_LOCAL float *x, float a, int g, int d) {
+#if defined(__CUDACC__)
+    for (int h = 1; h < 32; h <<= 1) a = kvc_max(a, __shfl_xor_sync(KVC_GEN_FULL, a, h));
+    if (g == 32) return a;
+    if ((d & 31) == 0) x[d >> 5] = a;
+    __syncthreads();
+    const int w0 = (d - d % g) >> 5;
+    float r = x[w0];
+    for (int i = 1; i < g / 32; i++) r = kvc_max(r, x[w0 + i]);
+    __syncthreads();
+    return r;
+#else
     x[d] = a;
     KVC_GEN_SYNC();
     for (int h = g / 2; h >= 1; h >>= 1) {
@@ -193,10 +233,14 @@ KVC_GEN_FN float kvc_gen_group_max(KVC_GEN_LOCAL float *x, float a, int g, int d
     const float r = x[d - d % g];
     KVC_GEN_SYNC();
     return r;
+#endif
 }
 
 /** Thread d's partner value x[d ^ h] after every thread put its own v. */
 KVC_GEN_FN float kvc_gen_partner(KVC_GEN_LOCAL float *x, float v, int h, int d) {
+#if defined(__CUDACC__)
+    if (h < 32) return __shfl_xor_sync(KVC_GEN_FULL, v, h);
+#endif
     x[d] = v;
     KVC_GEN_SYNC();
     const float r = x[d ^ h];
@@ -218,9 +262,7 @@ KVC_GEN_FN int kvc_gen_finalize(const kvc_shape *sh, float c, int d, int write, 
     const int D = (int)sh->head_dim, fmt = (int)sh->nope_format, il = sh->cos_sin_layout == 1;
     if (d == 0) sc->bad = 0;
     int bad = kvc_nonfinite(c);
-    sc->x[d] = KVC_MUL(c, c);
-    KVC_GEN_SYNC();
-    const float ss = kvc_gen_sum(sc->x, D, d);
+    const float ss = kvc_gen_sum(sc->x, KVC_MUL(c, c), D, d);
     const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(ss, D == 128 ? KVC_INV128 : KVC_INV512), sh->rms_norm_eps)));
     const float y = kvc_rms_apply(c, rr, kvc_bf16_to_f32(w[d]));
     bad |= kvc_nonfinite(y);
