@@ -200,15 +200,21 @@ static const main_kernel kMainKernels[] = {
     {2, 1, 1, kvc_cuda_d2f::compress_kernel<1>},  {2, 1, 2, kvc_cuda_d2f::compress_kernel<2>},
     {2, 1, 4, kvc_cuda_d2f::compress_kernel<4>},  {2, 1, 8, kvc_cuda_d2f::compress_kernel<8>},
 };
-static const kernel_fn kSmallKernels[2] = {kvc_cuda_d2::compress_small_kernel, kvc_cuda_d2f::compress_small_kernel};
-/* [fast][log2 chunks][dense] */
-static const kernel_fn kSliceKernels[2][3][2] = {
-    {{kvc_cuda_d2::slice_kernel<1, 0>, kvc_cuda_d2::slice_kernel<1, 1024>},
-     {kvc_cuda_d2::slice_kernel<2, 0>, kvc_cuda_d2::slice_kernel<2, 1024>},
-     {kvc_cuda_d2::slice_kernel<4, 0>, kvc_cuda_d2::slice_kernel<4, 1024>}},
-    {{kvc_cuda_d2f::slice_kernel<1, 0>, kvc_cuda_d2f::slice_kernel<1, 1024>},
-     {kvc_cuda_d2f::slice_kernel<2, 0>, kvc_cuda_d2f::slice_kernel<2, 1024>},
-     {kvc_cuda_d2f::slice_kernel<4, 0>, kvc_cuda_d2f::slice_kernel<4, 1024>}}};
+/* [fast][bf16] */
+static const kernel_fn kSmallKernels[2][2] = {
+    {kvc_cuda_d2::compress_small_kernel<false>, kvc_cuda_d2::compress_small_kernel<true>},
+    {kvc_cuda_d2f::compress_small_kernel<false>, kvc_cuda_d2f::compress_small_kernel<true>}};
+/* [fast][log2 chunks][variant]: float32 state with any token stride or
+ * 1024 (dense), the same with a bf16 state, then a score bias (any stride)
+ * on float32 and bf16 states */
+#define KVC_SLICE_NCH(ns, nch)                                                                                      \
+    {ns::slice_kernel<nch, 0, false, false>, ns::slice_kernel<nch, 1024, false, false>,                           \
+     ns::slice_kernel<nch, 0, true, false>,  ns::slice_kernel<nch, 1024, true, false>,                            \
+     ns::slice_kernel<nch, 0, false, true>,  ns::slice_kernel<nch, 0, true, true>}
+static const kernel_fn kSliceKernels[2][3][6] = {
+    {KVC_SLICE_NCH(kvc_cuda_d2, 1), KVC_SLICE_NCH(kvc_cuda_d2, 2), KVC_SLICE_NCH(kvc_cuda_d2, 4)},
+    {KVC_SLICE_NCH(kvc_cuda_d2f, 1), KVC_SLICE_NCH(kvc_cuda_d2f, 2), KVC_SLICE_NCH(kvc_cuda_d2f, 4)}};
+#undef KVC_SLICE_NCH
 static const kernel_fn kSliceFinish[2][3] = {
     {kvc_cuda_d2::slice_finish_kernel<1>, kvc_cuda_d2::slice_finish_kernel<2>, kvc_cuda_d2::slice_finish_kernel<4>},
     {kvc_cuda_d2f::slice_finish_kernel<1>, kvc_cuda_d2f::slice_finish_kernel<2>, kvc_cuda_d2f::slice_finish_kernel<4>}};
@@ -494,8 +500,11 @@ struct set_plan {
 
 /* Plan set a's launch on device dev (host arithmetic only). */
 static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
-    /* SPEC 9 / 10 settings: the general kernel; every kernel has a FAST form */
-    const int general = kvc_needs_general(a);
+    /* head width 128 (SPEC 9): the general kernel; a bf16 state or a score
+     * bias (SPEC 10): the slice and one-segment kernels where they take
+     * the window, else the general one.  Every kernel has a FAST form. */
+    const int bf16 = a->state_dtype == KVC_STATE_BFLOAT16, esz = bf16 ? 2 : 4;
+    int general = a->head_dim != KVC_HEAD_DIM;
     launch_params &P = sp->P;
     memset(&P, 0, sizeof P);
     P.a = *a;
@@ -511,11 +520,16 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     const kvc_plan_policy pol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, KVC_CUDA_MAX_CH,
                                  (long long)ks::kSmallMinb * sm_count(dev), ks::kSmallK, 0};
     kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &P.pl);
-    if (general) P.pl.nchunk = 1; /* (its own layout below: no chunk states or tickets) */
     /* the slice kernels (cuda_slice.cuh): every call of 16, 32 or 64 full
      * segments (C = 128, 256, 512) without overlap, 8-byte rows (faster than
      * the chunked kernel at every such size, measured). */
-    const int slice = !general && kvc_plan_slice(a, &P.pl, (uintptr_t)a->state_cache % 8 == 0);
+    int slice = !general && kvc_plan_slice(a, &P.pl, (uintptr_t)a->state_cache % (2 * esz) == 0);
+    if (!general && !slice && !P.pl.small_k && (bf16 || a->score_bias)) general = 1;
+    if (general) { /* (its own layout below: no chunk states or tickets) */
+        slice = 0;
+        P.pl.nchunk = 1;
+        P.pl.small_k = 0;
+    }
     if (slice) { /* C = 128: slice records; else chunk states [nout][nseg / 16][3][512] */
         P.pl.vec = 1;
         P.bs_shift = (a->block_size & (a->block_size - 1)) == 0 ? __builtin_ctzll((unsigned long long)a->block_size) : -1;
@@ -535,7 +549,7 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     P.uniform = P.pl.nseg % ch == 0 && (P.pl.nchunk & (P.pl.nchunk - 1)) == 0 && P.pl.nchunk <= tree_max * L;
     /* DPT-float loads need DPT-float alignment of every row */
     if (!slice)
-        P.pl.vec = ((uintptr_t)a->state_cache % (4 * dpt) == 0) && a->state_stride_block % dpt == 0 &&
+        P.pl.vec = ((uintptr_t)a->state_cache % (esz * dpt) == 0) && a->state_stride_block % dpt == 0 &&
                    a->state_stride_token % dpt == 0;
     P.fast = P.pl.vec && a->overlap == KVC_OVERLAP_OFF;
 
@@ -615,7 +629,8 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
         P.ahead = (long long)sm_count(dev) * KVC_CUDA_SLICE_CTAS_PER_SM / (8 * nch);
         const int dense = a->state_stride_token == 1024; /* TS: the token stride at compile time */
         const int lg = nch == 1 ? 0 : nch == 2 ? 1 : 2;
-        const kernel_fn slice_k = kSliceKernels[fastnum][lg][dense], finish_k = kSliceFinish[fastnum][lg];
+        const int bf16 = a->state_dtype == KVC_STATE_BFLOAT16, variant = a->score_bias ? 4 + bf16 : 2 * bf16 + dense;
+        const kernel_fn slice_k = kSliceKernels[fastnum][lg][variant], finish_k = kSliceFinish[fastnum][lg];
         slice_k<<<blocks, 256, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         /* the finisher: programmatic dependent launch (sm_90), so that its
@@ -631,7 +646,8 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);
     if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
-        if ((err = launch_dependent(kSmallKernels[fastnum], (unsigned)blocks, ks::kDG, P, stream, dev)) != cudaSuccess)
+        const kernel_fn small_k = kSmallKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16];
+        if ((err = launch_dependent(small_k, (unsigned)blocks, ks::kDG, P, stream, dev)) != cudaSuccess)
             return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }

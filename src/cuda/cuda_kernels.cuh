@@ -84,10 +84,43 @@ struct seg_data {
     float v[KVC_SEG][DPT], s[KVC_SEG][DPT];
 };
 
+/* State elements as binary32 (SPEC 10): floats, or with BF16 bf16 values
+ * widened exactly (their bits in the high half).  Element offsets. */
+template <bool BF16>
+__device__ __forceinline__ float2 ld_state2(const float *base, long long off, int q) { /* elements 2q, 2q + 1 */
+    if constexpr (BF16) {
+        const unsigned short *b16 = reinterpret_cast<const unsigned short *>(base);
+        const unsigned u = __ldcs(reinterpret_cast<const unsigned *>(b16 + off) + q);
+        return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xFFFF0000u));
+    } else {
+        return KVC_LD(reinterpret_cast<const float2 *>(base + off) + q);
+    }
+}
+template <bool BF16>
+__device__ __forceinline__ float ld_state1(const float *base, long long i) {
+    if constexpr (BF16) return __uint_as_float((unsigned)reinterpret_cast<const unsigned short *>(base)[i] << 16);
+    else return base[i];
+}
+
+/* SPEC 10's score bias on loaded rows i < n: the element offset bo(i) of
+ * row i's bias (< 0: a masked row, none), thread q's dims. */
+template <class BO>
+__device__ __forceinline__ void seg_add_bias(const float *bias, int n, int q, seg_data &x, BO bo) {
+#pragma unroll
+    for (int i = 0; i < KVC_SEG; i++) {
+        const long long b = i < n ? bo(i) : -1;
+        if (b >= 0)
+#pragma unroll
+            for (int j = 0; j < DPT; j++) x.s[i][j] = KVC_ADD(x.s[i][j], __ldg(bias + b + DPT * q + j));
+    }
+}
+
 /* Issue the loads of local rows [lr, lr + n) (no use of the data yet).
- * RT: any table with voff[] / soff[] (row_table, small_rows). */
-template <class RT>
+ * RT: any table with voff[] / soff[] (row_table, small_rows).  BF16: a
+ * bf16 state (DPT 2). */
+template <bool BF16 = false, class RT>
 __device__ __forceinline__ void seg_load(const launch_params &P, const RT *rt, int lr, int n, int q, seg_data &x) {
+    static_assert(!BF16 || DPT == 2, "bf16 rows: 2 dims per thread");
     const float *base = P.a.state_cache;
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++) {
@@ -100,8 +133,7 @@ __device__ __forceinline__ void seg_load(const launch_params &P, const RT *rt, i
                     x.s[i][j] = KVC_NEG_INF;
                 }
             } else if (DPT == 2 && P.pl.vec) {
-                float2 a = KVC_LD(reinterpret_cast<const float2 *>(base + vo) + q);
-                float2 b = KVC_LD(reinterpret_cast<const float2 *>(base + so) + q);
+                const float2 a = ld_state2<BF16>(base, vo, q), b = ld_state2<BF16>(base, so, q);
                 x.v[i][0] = a.x;
                 x.v[i][DPT - 1] = a.y;
                 x.s[i][0] = b.x;
@@ -112,8 +144,8 @@ __device__ __forceinline__ void seg_load(const launch_params &P, const RT *rt, i
             } else {
 #pragma unroll
                 for (int j = 0; j < DPT; j++) {
-                    x.v[i][j] = base[vo + DPT * q + j];
-                    x.s[i][j] = base[so + DPT * q + j];
+                    x.v[i][j] = ld_state1<BF16>(base, vo + DPT * q + j);
+                    x.s[i][j] = ld_state1<BF16>(base, so + DPT * q + j);
                 }
             }
         }
@@ -161,27 +193,25 @@ __device__ __forceinline__ int seg_rows(const launch_params &P, long long sg) {
  * all 16 loads issue back to back (the generic path spent ~25 instructions
  * per row on them).  Scores at value + 512 (no overlap), or, with
  * SCORES_FROM_TABLE, at the table's soff (overlap rows: the small kernel). */
-template <bool SCORES_FROM_TABLE = false, class RT>
+template <bool SCORES_FROM_TABLE = false, bool BF16 = false, class RT>
 __device__ __forceinline__ void seg_load_row(const launch_params &P, const RT *rt, int lr, int q, seg_data &x, int i) {
     const float *base = P.a.state_cache;
-    const float *row = base + rt->voff[lr];
-    const float *srow = SCORES_FROM_TABLE ? base + rt->soff[lr] : row + 512;
+    const long long vo = rt->voff[lr], so = SCORES_FROM_TABLE ? rt->soff[lr] : vo + 512;
     if constexpr (DPT == 2) {
-        const float2 a = __ldcs(reinterpret_cast<const float2 *>(row) + q);
-        const float2 b = __ldcs(reinterpret_cast<const float2 *>(srow) + q);
+        const float2 a = ld_state2<BF16>(base, vo, q), b = ld_state2<BF16>(base, so, q);
         x.v[i][0] = a.x;
         x.v[i][DPT - 1] = a.y;
         x.s[i][0] = b.x;
         x.s[i][DPT - 1] = b.y;
     } else {
-        x.v[i][0] = __ldcs(row + q);
-        x.s[i][0] = __ldcs(srow + q);
+        x.v[i][0] = __ldcs(base + vo + q);
+        x.s[i][0] = __ldcs(base + so + q);
     }
 }
-template <bool SCORES_FROM_TABLE = false, class RT>
+template <bool SCORES_FROM_TABLE = false, bool BF16 = false, class RT>
 __device__ __forceinline__ void seg_load_full(const launch_params &P, const RT *rt, int lr, int q, seg_data &x) {
 #pragma unroll
-    for (int i = 0; i < KVC_SEG; i++) seg_load_row<SCORES_FROM_TABLE>(P, rt, lr + i, q, x, i);
+    for (int i = 0; i < KVC_SEG; i++) seg_load_row<SCORES_FROM_TABLE, BF16>(P, rt, lr + i, q, x, i);
 }
 
 /*
@@ -654,8 +684,11 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
 
 struct small_rows {
     long long voff[KVC_CUDA_SMALL_K * KVC_SEG], soff[KVC_CUDA_SMALL_K * KVC_SEG];
+    long long boff[KVC_CUDA_SMALL_K * KVC_SEG]; /* score_bias: the row's bias offset (-1: none) */
 };
 
+/* BF16: a bf16 state (SPEC 10); a score bias is added where P.a.score_bias is set. */
+template <bool BF16>
 __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const launch_params P) {
     __shared__ small_rows rt; /* rows of output k: 8k .. 8k+7           */
     __shared__ kv_slot s_at[KVC_CUDA_SMALL_K];
@@ -686,7 +719,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     const int rows = (int)P.pl.rows; /* <= 8 */
     for (int t = q; t < kn * KVC_SEG; t += DG) {
         const int k = t / KVC_SEG, i = t % KVC_SEG;
-        rt.voff[t] = rt.soff[t] = -1;
+        rt.voff[t] = rt.soff[t] = rt.boff[t] = -1;
         if (!s_ok[k] || i >= rows) continue;
         int vo, so;
         const long long pos = kvc_window_row(s_p[k], C, a.overlap == KVC_OVERLAP_ON, 512, i, &vo, &so);
@@ -702,6 +735,8 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         const long long base = kvc_state_row_offset(&a, blk, pos);
         rt.voff[t] = base + vo;
         rt.soff[t] = base + so;
+        if (a.score_bias)
+            rt.boff[t] = kvc_bias_offset(pos, C, a.score_bias_stride, so, a.overlap == KVC_OVERLAP_ON, 512);
     }
     fin_in f;
     fin_load_weights(P, q, f);
@@ -724,9 +759,9 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
      * cp.async two outputs ahead measured slower.) */
     auto load = [&](int k, seg_data &x) {
         if (rows == KVC_SEG && P.pl.vec && !s_masked[k]) {
-            seg_load_full<true>(P, &rt, k * KVC_SEG, q, x); /* overlap: score halves not at +512 */
+            seg_load_full<true, BF16>(P, &rt, k * KVC_SEG, q, x); /* overlap: score halves not at +512 */
         } else {
-            seg_load(P, &rt, k * KVC_SEG, rows, q, x);
+            seg_load<BF16>(P, &rt, k * KVC_SEG, rows, q, x);
         }
     };
     int written = 0, nonfinite = 0; /* thread 0's counts (bad: thread 0's return) */
@@ -736,6 +771,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     for (int b = 0; k < kn; b ^= 1) {
         float *cbuf = cbufs[b]; /* last used two outputs ago: every thread passed a barrier since */
         fin_load_cos_sin(P, s_pc[k], q, f);
+        if (a.score_bias) seg_add_bias(a.score_bias, rows, q, x, [&](int i) { return rt.boff[k * KVC_SEG + i]; });
         const stv st = seg_compute(x, rows);
         const int kk = next_live(k + 1);
         if (kk < kn) load(kk, x); /* in flight while k finalises */

@@ -104,15 +104,26 @@ struct slice_rows {
  * known at compile time, so that the 32 loads of a thread address from two
  * registers by immediate offsets (a runtime stride needs a 64-bit address
  * per load, more than the register budget lets be live at once). */
-template <int TS>
+template <int TS, bool BF16>
 __device__ __forceinline__ void seg_load_strided(const launch_params &P, long long off, long long ts, int q,
                                                  seg_data &x) {
-    const float2 *p = reinterpret_cast<const float2 *>(P.a.state_cache + off) + q;
     const long long t2 = TS > 0 ? TS / 2 : ts / 2;
+    if constexpr (BF16) { /* 2 bf16 a load: the same offsets in 4-byte units */
+        const unsigned short *b16 = reinterpret_cast<const unsigned short *>(P.a.state_cache);
+        const unsigned *p = reinterpret_cast<const unsigned *>(b16 + off) + q;
 #pragma unroll
-    for (int i = 0; i < KVC_SEG; i++) {
-        const float2 a = KVC_LD(p + i * t2), b = KVC_LD(p + i * t2 + 256);
-        x.v[i][0] = a.x, x.v[i][1] = a.y, x.s[i][0] = b.x, x.s[i][1] = b.y;
+        for (int i = 0; i < KVC_SEG; i++) {
+            const unsigned a = KVC_LD(p + i * t2), b = KVC_LD(p + i * t2 + 256);
+            x.v[i][0] = __uint_as_float(a << 16), x.v[i][1] = __uint_as_float(a & 0xFFFF0000u);
+            x.s[i][0] = __uint_as_float(b << 16), x.s[i][1] = __uint_as_float(b & 0xFFFF0000u);
+        }
+    } else {
+        const float2 *p = reinterpret_cast<const float2 *>(P.a.state_cache + off) + q;
+#pragma unroll
+        for (int i = 0; i < KVC_SEG; i++) {
+            const float2 a = KVC_LD(p + i * t2), b = KVC_LD(p + i * t2 + 256);
+            x.v[i][0] = a.x, x.v[i][1] = a.y, x.s[i][0] = b.x, x.s[i][1] = b.y;
+        }
     }
 }
 
@@ -171,7 +182,10 @@ __device__ __forceinline__ void slice_prefetch_ahead(const launch_params &P, lon
     asm volatile("prefetch.global.L2 [%0];" ::"l"(q));
 }
 
-template <int NCH, int TS>
+/* NCH chunks of 16 segments, the token stride TS (0: any), a bf16 state
+ * (BF16), a score bias (BIAS: its loads and adds are compiled only here --
+ * in every kernel they cost the others registers spilled to the stack). */
+template <int NCH, int TS, bool BF16, bool BIAS>
 __global__ void __launch_bounds__(256, KVC_CUDA_SLICE_CTAS_PER_SM) slice_kernel(const launch_params P) {
     __shared__ float xs[8][6][32];
     __shared__ slice_rows rows[8];
@@ -225,9 +239,18 @@ __global__ void __launch_bounds__(256, KVC_CUDA_SLICE_CTAS_PER_SM) slice_kernel(
     stv st;
     if (fastp || !badm) { /* else the warp loads nothing; its state is never used */
         seg_data x0, x1;
+        /* score_bias (SPEC 10): window row pos0 + i's bias row is
+         * (pos0 + i) mod C (C a power of two here) */
+        const float *bias = BIAS ? P.a.score_bias : nullptr;
+        const long long cm = P.a.compress_ratio - 1, bst = P.a.score_bias_stride;
+        auto brow = [&](long long r) { return (r & cm) * bst; };
         if (strided == 0xffffffffu) {
-            seg_load_strided<TS>(P, o0, ts, q, x0);
-            seg_load_strided<TS>(P, o1, ts, q, x1);
+            seg_load_strided<TS, BF16>(P, o0, ts, q, x0);
+            seg_load_strided<TS, BF16>(P, o1, ts, q, x1);
+            if (BIAS) {
+                seg_add_bias(bias, KVC_SEG, q, x0, [&](int i) { return brow(pos0 + i); });
+                seg_add_bias(bias, KVC_SEG, q, x1, [&](int i) { return brow(pos0 + KVC_SEG + i); });
+            }
             st = seg_compute(x0, KVC_SEG);
             st_merge(st, seg_compute(x1, KVC_SEG));
         } else { /* one segment at a time (fewer registers live) */
@@ -236,9 +259,11 @@ __global__ void __launch_bounds__(256, KVC_CUDA_SLICE_CTAS_PER_SM) slice_kernel(
                 rows[w].soff[l] = off + kvc_score_delta(0, 512);
             }
             __syncwarp();
-            seg_load(P, &rows[w], 0, KVC_SEG, q, x0);
+            seg_load<BF16>(P, &rows[w], 0, KVC_SEG, q, x0);
+            if (BIAS) seg_add_bias(bias, KVC_SEG, q, x0, [&](int i) { return brow(pos0 + i); });
             st = seg_compute(x0, KVC_SEG);
-            seg_load(P, &rows[w], KVC_SEG, KVC_SEG, q, x1);
+            seg_load<BF16>(P, &rows[w], KVC_SEG, KVC_SEG, q, x1);
+            if (BIAS) seg_add_bias(bias, KVC_SEG, q, x1, [&](int i) { return brow(pos0 + KVC_SEG + i); });
             st_merge(st, seg_compute(x1, KVC_SEG));
         }
     }
