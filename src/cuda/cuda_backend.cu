@@ -166,17 +166,6 @@ __global__ void __launch_bounds__(512) general_many_kernel(const many_params M) 
     general_body(M.p[s], blockIdx.x - (s ? M.end[s - 1] : 0), scs);
 }
 
-/* The call's status word zeroed by a kernel (a memset before the kernel
- * that follows cost a microsecond of its own in a small call, measured): it
- * lets that kernel start at once (programmatic dependent launch), which
- * waits for this one only before it first touches the word (status_wait). */
-__global__ void status_zero_kernel(kvc_device_status *st) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-    if (threadIdx.x < sizeof(kvc_device_status) / 4) reinterpret_cast<int *>(st)[threadIdx.x] = 0;
-}
-
 /* Every kernel this backend launches, one entry each: the reachable
  * (kernel, numerics, dims per thread, body) combinations and nothing else.
  * The main kernel compress_kernel<KF> has one reduction body of KF full
@@ -434,8 +423,7 @@ static kvc_status check_device_memory(const kvc_args *a, const kvc_exec *e, cons
 
 /* Launch fn after the stream's previous kernel as its programmatic
  * dependent (sm_90 and later; before, in stream order as any launch). */
-template <class Params>
-static cudaError_t launch_dependent(void (*fn)(const Params), unsigned grid, unsigned threads, const Params &P,
+static cudaError_t launch_dependent(kernel_fn fn, unsigned grid, unsigned threads, const launch_params &P,
                                     cudaStream_t stream, int dev) {
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -523,7 +511,9 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     /* the slice kernels (cuda_slice.cuh): every call of 16, 32 or 64 full
      * segments (C = 128, 256, 512) without overlap, 8-byte rows (faster than
      * the chunked kernel at every such size, measured). */
-    int slice = !general && kvc_plan_slice(a, &P.pl, (uintptr_t)a->state_cache % (2 * esz) == 0);
+    /* (the slice kernels read a bias in 8-byte pairs) */
+    const int bias_pairs = !a->score_bias || ((uintptr_t)a->score_bias % 8 == 0 && a->score_bias_stride % 2 == 0);
+    int slice = !general && bias_pairs && kvc_plan_slice(a, &P.pl, (uintptr_t)a->state_cache % (2 * esz) == 0);
     if (!general && !slice && !P.pl.small_k && (bf16 || a->score_bias)) general = 1;
     if (general) { /* (its own layout below: no chunk states or tickets) */
         slice = 0;
@@ -593,12 +583,9 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
                            : (float *)(buf + st_bytes + tk_bytes);
     P.slice_bad = (long long *)slice_area;
     /* The status word, by the first set only: zeroed by the slice kernel
-     * itself; by a kernel of its own before the general and one-segment
-     * kernels (their dependents: status_zero_kernel); else by a memset,
-     * with the main kernel's tickets where they are adjacent. */
-    const int first = set == 0;
-    const int zero_kernel = first && !slice && nout > 0 && (general || P.pl.small_k);
-    const int memset_status = first && !(slice && nout > 0) && !zero_kernel;
+     * itself, else by a memset, with the main kernel's tickets where they
+     * are adjacent. */
+    const int memset_status = set == 0 && !(slice && nout > 0);
     const size_t tickets = !slice && P.pl.nchunk > 1 ? (size_t)nout * 4 : 0;
     if (memset_status && e->device_status &&
         (err = cudaMemsetAsync(e->device_status, 0, sizeof(kvc_device_status), stream)) != cudaSuccess)
@@ -608,18 +595,14 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
         (err = cudaMemsetAsync(with_status ? (void *)buf : (void *)P.tickets, 0, (with_status ? st_bytes : 0) + tickets,
                                stream)) != cudaSuccess)
         return cuda_fail(err, "cudaMemsetAsync(workspace)");
-    if (zero_kernel) {
-        status_zero_kernel<<<1, 32, 0, stream>>>(P.status);
-        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
-    }
     if (nout == 0) return KVC_OK;
     if (general) {
         if (nout > 0x7FFFFFFFLL)
             return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs = %lld exceeds the CUDA grid", nout);
         P.pl.small_k = a->head_dim == 128 ? KVC_GEN_K_MAX : 1; /* outputs per CTA */
         const long long ctas = (nout + P.pl.small_k - 1) / P.pl.small_k;
-        err = launch_dependent(general_kernel, (unsigned)ctas, (unsigned)(P.pl.small_k * a->head_dim), P, stream, dev);
-        if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
+        general_kernel<<<(unsigned)ctas, (unsigned)(P.pl.small_k * a->head_dim), 0, stream>>>(P);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
     if (slice) {
@@ -647,8 +630,8 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);
     if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
         const kernel_fn small_k = kSmallKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16];
-        if ((err = launch_dependent(small_k, (unsigned)blocks, ks::kDG, P, stream, dev)) != cudaSuccess)
-            return cuda_fail(err, "kernel launch");
+        small_k<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
     size_t smem = (size_t)(L * 3 * 512) * sizeof(float); /* lane states; >= 512 + 8 floats for the finaliser */
@@ -673,15 +656,23 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
     set_plan sp[KVC_MANY_MAX];
     size_t gen_need = 0, slice_need = 0;
     long long total = 0;
-    int fuse = n > 1; /* several sets, all of one-segment windows (decode's C4): one launch */
+    /* several sets, all of one-segment windows (decode's C4), in one wave
+     * of the general body's CTAs: one launch (measured on the H100, main +
+     * indexer in CUDA graphs: 0.6x two calls' time up to 64 requests,
+     * slower from 256, where the one-segment kernel does the main set
+     * faster than the general body) */
+    int fuse = n > 1;
+    long long fused_ctas = 0;
     for (int s = 0; s < n; s++) {
         plan_set(&sets[s], dev, &sp[s]);
         gen_need = sp[s].gen_need > gen_need ? sp[s].gen_need : gen_need;
         slice_need = sp[s].slice_need > slice_need ? sp[s].slice_need : slice_need;
         fuse &= sp[s].P.pl.nseg == 1;
         total += sets[s].num_outputs;
+        const long long k = sets[s].head_dim == 128 ? KVC_GEN_K_MAX : 1; /* outputs per CTA */
+        fused_ctas += (sets[s].num_outputs + k - 1) / k;
     }
-    fuse &= total <= 0x7FFFFFFFLL;
+    fuse &= total <= 0x7FFFFFFFLL && fused_ctas <= sm_count(dev);
     const size_t st_bytes = kStatusBytes;
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_acquire_locked(dev, stream, 1);
@@ -761,10 +752,11 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
             M.end[s] = ctas;
             base += P.a.num_outputs;
         }
-        status_zero_kernel<<<1, 32, 0, stream>>>(M.p[0].status);
+        const size_t zb = e->device_status ? sizeof(kvc_device_status) : st_bytes;
+        if ((err = cudaMemsetAsync(M.p[0].status, 0, zb, stream)) != cudaSuccess)
+            return cuda_fail(err, "cudaMemsetAsync(status)");
+        if (ctas) general_many_kernel<<<ctas, 512, 0, stream>>>(M);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
-        if (ctas && (err = launch_dependent(general_many_kernel, ctas, 512, M, stream, dev)) != cudaSuccess)
-            return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
     for (int s = 0; s < n; s++) {

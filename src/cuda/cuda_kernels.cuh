@@ -115,6 +115,18 @@ __device__ __forceinline__ void seg_add_bias(const float *bias, int n, int q, se
     }
 }
 
+/* The same for 8 full rows with 8-byte bias pairs (bias 8-byte aligned,
+ * even offsets; DPT 2): a load per row. */
+template <class BO>
+__device__ __forceinline__ void seg_add_bias2(const float *bias, int q, seg_data &x, BO bo) {
+#pragma unroll
+    for (int i = 0; i < KVC_SEG; i++) {
+        const float2 v = __ldg(reinterpret_cast<const float2 *>(bias + bo(i)) + q);
+        x.s[i][0] = KVC_ADD(x.s[i][0], v.x);
+        x.s[i][DPT - 1] = KVC_ADD(x.s[i][DPT - 1], v.y);
+    }
+}
+
 /* Issue the loads of local rows [lr, lr + n) (no use of the data yet).
  * RT: any table with voff[] / soff[] (row_table, small_rows).  BF16: a
  * bf16 state (DPT 2). */
@@ -310,21 +322,10 @@ __device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_tabl
     }
 }
 
-/* Before a kernel's first access of the status word: where the call zeroed
- * it in a kernel of its own (status_zero_kernel) and launched this one as
- * its programmatic dependent (sm_90), wait for that kernel; otherwise a
- * no-op.  (Each call after the first returns at once.) */
-__device__ __forceinline__ void status_wait() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 /* The call's first index error, if none is recorded yet: output o of this
  * set (kvc_compress_many: numbered from P.pl.out_base). */
 __device__ void record_error(const launch_params &P, int check, long long o, long long value) {
     kvc_device_status *st = P.status;
-    status_wait();
     if (atomicCAS(&st->status, 0, (int)KVC_ERROR_INDEX_OUT_OF_RANGE) == 0) {
         st->check = check;
         st->output = P.pl.out_base + o;
@@ -332,10 +333,7 @@ __device__ void record_error(const launch_params &P, int check, long long o, lon
     }
 }
 
-__device__ void count(int64_t *field) {
-    status_wait();
-    atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull);
-}
+__device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull); }
 
 /* After kvc_check_output(o) gave chk and inf: 1 when the output is skipped
  * (an index error, recorded and counted, or padding, counted) -- the counts
@@ -789,7 +787,6 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         k = kk;
     }
     /* one atomic per CTA and counter, not one per output */
-    if (q == 0) status_wait();
     if (q == 0 && written)
         atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_written), (unsigned long long)written);
     if (q == 0 && nonfinite)
