@@ -72,19 +72,6 @@ static void test_minb(void) {
     free(p);
 }
 
-/* .maxntid for the general kernel: inserted where .minnctapersm goes, once */
-static void test_maxntid(void) {
-    int done = 0;
-    char *p = kvc_ptx_maxntid(dup(kPtx), "kvc_compress_kernel", 512, &done);
-    char *k = span(p, "kvc_compress_kernel");
-    TU_CHECK(done == 1 && count(p, ".maxntid 512, 1, 1\n{") == 1, "maxntid: not applied:\n%s", k);
-    free(k);
-    char *at = strstr(p, ".maxntid 512, 1, 1\n");
-    if (at) memmove(at, at + strlen(".maxntid 512, 1, 1\n"), strlen(at + strlen(".maxntid 512, 1, 1\n")) + 1);
-    TU_CHECK(strcmp(p, kPtx) == 0, "maxntid: other text changed");
-    free(p);
-}
-
 static void test_streaming(void) {
     const int level = 1;
     int done = 0;
@@ -112,7 +99,6 @@ static void test_streaming(void) {
 
 int main(void) {
     test_minb();
-    test_maxntid();
     test_streaming();
     printf("%s (%d failures)\n", tu_failures ? "FAILED" : "passed", tu_failures);
     return tu_failures ? 1 : 0;

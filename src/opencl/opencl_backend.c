@@ -117,8 +117,8 @@ static int opencl_available(void) {
  *
  * The directives (opencl_tuning.h): the wide kernel at .minnctapersm 2, the
  * one-segment kernel at 3, the slice kernels at 4, the 2-dims kernel as
- * built; .cs loads in the 2-dims, wide and slice kernels; the general
- * kernel at .maxntid 512.  Any failure keeps the program as built.
+ * built; .cs loads in the 2-dims, wide and slice kernels.  Any failure
+ * keeps the program as built.
  */
 static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     char vendor[64] = "";
@@ -147,9 +147,6 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         bin = kvc_ptx_minb(bin, "kvc_slice_dense", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice", &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice_dense", &done);
-        /* the general kernel: work-groups of 512 (head width 512; 4 x 128),
-         * which the registers it takes as built do not allow (256) */
-        bin = kvc_ptx_maxntid(bin, "kvc_compress_general", 512, &done);
     }
     if (!done) {
         free(bin);

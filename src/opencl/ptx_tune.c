@@ -18,37 +18,25 @@ static int entry_span(const char *ptx, const char *entry, const char **begin, co
     return 1;
 }
 
-/* Insert the directive text between the parameter list of `.entry entry(`
- * and its body (where performance directives go). */
-static char *insert_directive(char *ptx, const char *entry, const char *text, int *done) {
+char *kvc_ptx_minb(char *ptx, const char *entry, int n, int *done) {
     const char *at, *end;
-    if (!entry_span(ptx, entry, &at, &end)) return ptx;
+    if (n <= 0 || !entry_span(ptx, entry, &at, &end)) return ptx;
     /* the parameter list closes at the first ')' after the tag, the body
-     * opens at the next '{' */
+     * opens at the next '{'; performance directives go between */
     const char *close = strchr(at, ')');
     const char *body = close ? strchr(close, '{') : NULL;
     if (!body || body >= end) return ptx;
-    const size_t len = strlen(text), head = (size_t)(body - ptx), total = strlen(ptx);
+    char extra[40];
+    const size_t len = (size_t)snprintf(extra, sizeof extra, ".minnctapersm %d\n", n);
+    const size_t head = (size_t)(body - ptx), total = strlen(ptx);
     char *out = malloc(total + len + 1);
     if (!out) return ptx;
     memcpy(out, ptx, head);
-    memcpy(out + head, text, len);
+    memcpy(out + head, extra, len);
     memcpy(out + head + len, ptx + head, total - head + 1);
     free(ptx);
     *done = 1;
     return out;
-}
-
-char *kvc_ptx_minb(char *ptx, const char *entry, int n, int *done) {
-    char text[40];
-    snprintf(text, sizeof text, ".minnctapersm %d\n", n);
-    return n > 0 ? insert_directive(ptx, entry, text, done) : ptx;
-}
-
-char *kvc_ptx_maxntid(char *ptx, const char *entry, int n, int *done) {
-    char text[40];
-    snprintf(text, sizeof text, ".maxntid %d, 1, 1\n", n);
-    return n > 0 ? insert_directive(ptx, entry, text, done) : ptx;
 }
 
 char *kvc_ptx_streaming(char *ptx, const char *entry, int *done) {

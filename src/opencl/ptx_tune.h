@@ -23,13 +23,6 @@
 KVC_HIDDEN char *kvc_ptx_minb(char *ptx, const char *entry, int n, int *done);
 
 /**
- * Insert ".maxntid n, 1, 1" (work-groups of at most n work-items, so that
- * the PTX compiler keeps registers <= 65536 / n) where kvc_ptx_minb puts
- * its directive.  Arguments and result as for kvc_ptx_minb.
- */
-KVC_HIDDEN char *kvc_ptx_maxntid(char *ptx, const char *entry, int n, int *done);
-
-/**
  * In the body of `.entry entry(` (up to the next ".entry"), make the f32
  * and v2.f32 global loads streaming (evict-first): "ld.global.f32" ->
  * "ld.global.cs.f32", the same for ".v2".
