@@ -763,17 +763,13 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
         }
     };
     int written = 0, nonfinite = 0; /* thread 0's counts (bad: thread 0's return) */
-    const int bias_pairs = ((uintptr_t)a.score_bias % 8 | a.score_bias_stride % 2) == 0;
     int k = next_live(0);
     seg_data x;
     if (k < kn) load(k, x);
     for (int b = 0; k < kn; b ^= 1) {
         float *cbuf = cbufs[b]; /* last used two outputs ago: every thread passed a barrier since */
         fin_load_cos_sin(P, s_pc[k], q, f);
-        if (a.score_bias && bias_pairs && rows == KVC_SEG && !s_masked[k]) /* 8-byte pairs, a load per row */
-            seg_add_bias2(a.score_bias, q, x, [&](int i) { return rt.boff[k * KVC_SEG + i]; });
-        else if (a.score_bias)
-            seg_add_bias(a.score_bias, rows, q, x, [&](int i) { return rt.boff[k * KVC_SEG + i]; });
+        if (a.score_bias) seg_add_bias(a.score_bias, rows, q, x, [&](int i) { return rt.boff[k * KVC_SEG + i]; });
         const stv st = seg_compute(x, rows);
         const int kk = next_live(k + 1);
         if (kk < kn) load(kk, x); /* in flight while k finalises */
