@@ -85,8 +85,8 @@ KVC_GEN_FN void kvc_gen_row(const kvc_shape *sh, KVC_GLOBAL const float *st, KVC
 }
 
 /* The segment step and merge: SPEC 3's, or with fast (CUDA; SPEC 8's FAST
- * numerics) the exp by ex2.approx and the weighted sum fused, as the tuned
- * kernels' FAST forms (cuda_kernels.cuh's red_step, red_merge). */
+ * numerics) the exp by ex2.approx and the weighted sum fused -- also the
+ * tuned CUDA kernels' (cuda_kernels.cuh's red_step, red_merge). */
 KVC_GEN_FN void kvc_gen_step(float m, float s, float v, float *den, float *num, int fast) {
 #if defined(__CUDACC__)
     if (fast) {

@@ -151,6 +151,9 @@ __global__ void __launch_bounds__(512) general_kernel(const launch_params P) {
     general_body(P, blockIdx.x, scs);
 }
 
+/* The general body's outputs per CTA of 512 threads for set a. */
+static long long gen_per_cta(const kvc_args *a) { return a->head_dim == 128 ? KVC_GEN_K_MAX : 1; }
+
 /* kvc_compress_many's sets of one-segment windows (a CSA layer's main and
  * indexer compressors in decode) as one launch of the general body: set s
  * takes CTAs end[s - 1] .. end[s] - 1. */
@@ -599,7 +602,7 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
     if (general) {
         if (nout > 0x7FFFFFFFLL)
             return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs = %lld exceeds the CUDA grid", nout);
-        P.pl.small_k = a->head_dim == 128 ? KVC_GEN_K_MAX : 1; /* outputs per CTA */
+        P.pl.small_k = gen_per_cta(a);
         const long long ctas = (nout + P.pl.small_k - 1) / P.pl.small_k;
         general_kernel<<<(unsigned)ctas, (unsigned)(P.pl.small_k * a->head_dim), 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
@@ -669,8 +672,7 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
         slice_need = sp[s].slice_need > slice_need ? sp[s].slice_need : slice_need;
         fuse &= sp[s].P.pl.nseg == 1;
         total += sets[s].num_outputs;
-        const long long k = sets[s].head_dim == 128 ? KVC_GEN_K_MAX : 1; /* outputs per CTA */
-        fused_ctas += (sets[s].num_outputs + k - 1) / k;
+        fused_ctas += (sets[s].num_outputs + gen_per_cta(&sets[s]) - 1) / gen_per_cta(&sets[s]);
     }
     fuse &= total <= 0x7FFFFFFFLL && fused_ctas <= sm_count(dev);
     const size_t st_bytes = kStatusBytes;
@@ -746,8 +748,7 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
             launch_params &P = M.p[s];
             P.status = e->device_status ? e->device_status : (kvc_device_status *)ws->buf;
             P.pl.out_base = base;
-            P.pl.keep_status = s > 0;
-            P.pl.small_k = P.a.head_dim == 128 ? KVC_GEN_K_MAX : 1; /* outputs per CTA: 512 threads */
+            P.pl.small_k = gen_per_cta(&P.a);
             ctas += (unsigned)((P.a.num_outputs + P.pl.small_k - 1) / P.pl.small_k);
             M.end[s] = ctas;
             base += P.a.num_outputs;

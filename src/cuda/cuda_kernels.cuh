@@ -10,7 +10,7 @@
  * kvc_cuda_d2f): the window reduction's exps by ex2.approx, its weighted sums
  * by fma; segments, tree order and finaliser unchanged.
  *
- * Needs: kvc_canon.h, kvc_check.h, kvc_internal.h, cuda_tuning.h,
+ * Needs: kvc_canon.h, kvc_check.h, kvc_general.h, kvc_internal.h, cuda_tuning.h,
  * launch_params and KVC_LD (cuda_backend.cu).
  */
 #define DG (512 / DPT)         /* threads per lane                         */
@@ -24,27 +24,13 @@ struct stv {
     float m[DPT], d[DPT], n[DPT];
 };
 
-/* The reduction's exp, segment step and merge: SPEC 3, or SPEC 8's FAST form. */
+/* The reduction's segment step and merge: SPEC 3, or SPEC 8's FAST form
+ * (kvc_general.h's, the numerics fixed at compile time). */
 __device__ __forceinline__ void red_step(float m, float s, float v, float *d, float *n) {
-#if FASTNUM
-    float e;
-    asm("ex2.approx.f32 %0, %1;" : "=f"(e) : "f"(KVC_MUL(KVC_SUB(s, m), KVC_LOG2E)));
-    *d = KVC_ADD(*d, e);
-    *n = __fmaf_rn(e, v, *n);
-#else
-    kvc_seg_step(m, s, v, d, n);
-#endif
+    kvc_gen_step(m, s, v, d, n, FASTNUM);
 }
 __device__ __forceinline__ void red_merge(float *mA, float *dA, float *nA, float mB, float dB, float nB) {
-#if FASTNUM
-    const float m = kvc_max(*mA, mB);
-    const int a_max = (*mA == m);
-    float f;
-    asm("ex2.approx.f32 %0, %1;" : "=f"(f) : "f"(KVC_MUL(KVC_SUB(a_max ? mB : *mA, m), KVC_LOG2E)));
-    kvc_merge_scaled(mA, dA, nA, dB, nB, m, a_max, f);
-#else
-    kvc_merge(mA, dA, nA, mB, dB, nB);
-#endif
+    kvc_gen_merge(mA, dA, nA, mB, dB, nB, FASTNUM);
 }
 
 __device__ __forceinline__ void st_merge(stv &a, const stv &b) {

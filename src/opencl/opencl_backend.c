@@ -99,6 +99,12 @@ static int opencl_available(void) {
     return 0;
 }
 
+/* KVC_OPENCL_BUILD_LOG=1: build logs and tuning failures on stderr. */
+static int build_log_on(void) {
+    const char *v = getenv("KVC_OPENCL_BUILD_LOG");
+    return v && !strcmp(v, "1");
+}
+
 /*
  * NVIDIA's OpenCL driver: occupancy directives and cache operators.
  *
@@ -161,8 +167,7 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
     free(bin);
     if (err != CL_SUCCESS) {
         if (p2) clReleaseProgram(p2);
-        const char *show = getenv("KVC_OPENCL_BUILD_LOG");
-        if (show && !strcmp(show, "1"))
+        if (build_log_on())
             fprintf(stderr, "kvcompress: OpenCL occupancy directives not applied (error %d)\n", (int)err);
         return prog;
     }
@@ -208,8 +213,7 @@ static kvc_status entry_make_locked(cl_context ctx, cl_device_id dev, cl_entry *
     if (extra && *extra) snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " %s", extra);
 #endif
     err = clBuildProgram(prog, 1, &dev, opts, NULL, NULL);
-    const char *show = getenv("KVC_OPENCL_BUILD_LOG");
-    if (show && *show == '1') {
+    if (build_log_on()) {
         char log[8192] = "";
         clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
         fprintf(stderr, "kvcompress: OpenCL build options \"%s\": %d\n%s\n", opts, (int)err, log);
