@@ -5,18 +5,19 @@
  * rotation), a bf16 state or a score bias (SPEC 10) -- with head width 128
  * or 512, any window, any format.
  *
- * One group (CTA / work-group) of K x D threads for K outputs (K =
+ * One group (CTA / work-group) of K x D / R threads for K outputs (K =
  * KVC_GEN_K_MAX at head width 128 where the device allows, else 1: windows
  * of one segment, the indexer's, are too short to fill a group alone), the
- * D threads of output k holding its dimensions and its scratch sc[k];
- * thread d of an output walks the window in token order, segment by segment, and
- * combines the segment states in the canonical tree with a binary counter
- * (kvc_check.h's KVC_TREE_PUSH), so its window sum c_d is SPEC 3's; then
- * the D threads finalise the slot together, each step one canonical
- * operation per dimension, the sums and maxima across dimensions through
- * local memory in the canonical pairwise order.  The bytes equal the CPU
- * backend's (kvc_finalize_slot, kvc_finalize_indexer), which the golden
- * and conformance tests check on every backend.
+ * D / R threads of output k holding its dimensions (R each: KVC_GEN_R
+ * below) and its scratch sc[k]; a thread walks the window of each of its
+ * dimensions in token order, segment by segment, and combines the segment
+ * states in the canonical tree with a binary counter (kvc_check.h's
+ * KVC_TREE_PUSH), so its window sum c_d is SPEC 3's; then the threads
+ * finalise the slot together, each step one canonical operation per
+ * dimension, the sums and maxima across dimensions through local memory
+ * (CUDA: shuffles) in the canonical pairwise order.  The bytes equal the
+ * CPU backend's (kvc_finalize_slot, kvc_finalize_indexer), which the
+ * golden and conformance tests check on every backend.
  *
  * The backend's kernel wraps these: the index checks and their reports
  * (the status words differ), then kvc_gen_reduce, then kvc_gen_finalize.
@@ -167,37 +168,52 @@ KVC_GEN_FN float kvc_gen_reduce(const kvc_shape *sh, KVC_GLOBAL const float *st,
  * local memory, a barrier a step.  CUDA: within a warp by shuffles (the
  * same operations in the same order), across warps through shared memory:
  * a few barriers instead of two a step.
+ *
+ * Dimensions per thread: CUDA runs head_dim threads an output (R = 1).
+ * OpenCL runs head width 512 on 256 work-items of R = 2 dimensions, t and
+ * t + 256 (NVIDIA's OpenCL gives this kernel work-groups of at most 256);
+ * head width 128 on 128 of one.  v[r], out[r]: dimension t + r x (n / R).
  */
 #if defined(__CUDACC__)
 #define KVC_GEN_FULL 0xFFFFFFFFu
+#define KVC_GEN_R 1
+#else
+#define KVC_GEN_R 2
 #endif
+#define KVC_GEN_EACH(r, R) for (int r = 0; r < KVC_GEN_R; r++) if (r < (R))
 
-/** The canonical pairwise sum of the n values v of threads d = 0 .. n - 1
+/** The canonical pairwise sum of the n values v of dimensions 0 .. n - 1
  * (n = 128 or 512), for every thread (x: scratch). */
-KVC_GEN_FN float kvc_gen_sum(KVC_GEN_LOCAL float *x, float v, int n, int d) {
+KVC_GEN_FN float kvc_gen_sum(KVC_GEN_LOCAL float *x, const float *v, int n, int t, int R) {
 #if defined(__CUDACC__)
+    (void)R;
     /* levels 1 .. 5 in the warp: thread 2^k j holds the sum of 2^k values */
-    for (int h = 1; h < 32; h <<= 1) v = KVC_ADD(v, __shfl_down_sync(KVC_GEN_FULL, v, h));
-    const int lane = d & 31, w = d >> 5, nw = n >> 5;
-    if (lane == 0) x[w] = v;
+    float s = v[0];
+    for (int h = 1; h < 32; h <<= 1) s = KVC_ADD(s, __shfl_down_sync(KVC_GEN_FULL, s, h));
+    const int lane = t & 31, w = t >> 5, nw = n >> 5;
+    if (lane == 0) x[w] = s;
     __syncthreads();
     if (w == 0) { /* the warps' sums, pairwise in the same order */
-        float t = lane < nw ? x[lane] : 0.0f;
-        for (int h = 1; h < nw; h <<= 1) t = KVC_ADD(t, __shfl_down_sync(KVC_GEN_FULL, t, h));
-        if (lane == 0) x[32] = t;
+        float u = lane < nw ? x[lane] : 0.0f;
+        for (int h = 1; h < nw; h <<= 1) u = KVC_ADD(u, __shfl_down_sync(KVC_GEN_FULL, u, h));
+        if (lane == 0) x[32] = u;
     }
     __syncthreads();
     const float r = x[32];
     __syncthreads();
     return r;
 #else
-    x[d] = v;
+    const int nt = n / R;
+    KVC_GEN_EACH(r, R) x[t + r * nt] = v[r];
     KVC_GEN_SYNC();
     for (int m = n; m > 1; m >>= 1) {
-        const int on = d < m / 2;
-        const float t = on ? KVC_ADD(x[2 * d], x[2 * d + 1]) : 0.0f;
+        float u[KVC_GEN_R];
+        KVC_GEN_EACH(r, R) {
+            const int i = t + r * nt;
+            u[r] = i < m / 2 ? KVC_ADD(x[2 * i], x[2 * i + 1]) : 0.0f;
+        }
         KVC_GEN_SYNC();
-        if (on) x[d] = t;
+        KVC_GEN_EACH(r, R) if (t + r * nt < m / 2) x[t + r * nt] = u[r];
         KVC_GEN_SYNC();
     }
     const float r = x[0];
@@ -206,130 +222,165 @@ KVC_GEN_FN float kvc_gen_sum(KVC_GEN_LOCAL float *x, float v, int n, int d) {
 #endif
 }
 
-/** Thread d's a as the maximum of its group of g consecutive
- * threads (g = 32, 64 or 128; kvc_max: the order does not matter for the
- * non-NaN values it is used on). */
-KVC_GEN_FN float kvc_gen_group_max(KVC_GEN_LOCAL float *x, float a, int g, int d) {
+/** out[r]: the maximum of a over dimension t + r x nt's group of g
+ * consecutive dimensions (g = 32, 64 or 128; kvc_max: the order does not
+ * matter for the non-NaN values it is used on). */
+KVC_GEN_FN void kvc_gen_group_max(KVC_GEN_LOCAL float *x, const float *a, int g, int n, int t, int R, float *out) {
 #if defined(__CUDACC__)
-    for (int h = 1; h < 32; h <<= 1) a = kvc_max(a, __shfl_xor_sync(KVC_GEN_FULL, a, h));
-    if (g == 32) return a;
-    if ((d & 31) == 0) x[d >> 5] = a;
+    (void)n;
+    (void)R;
+    const int d = t;
+    float m = a[0];
+    for (int h = 1; h < 32; h <<= 1) m = kvc_max(m, __shfl_xor_sync(KVC_GEN_FULL, m, h));
+    if (g == 32) {
+        out[0] = m;
+        return;
+    }
+    if ((d & 31) == 0) x[d >> 5] = m;
     __syncthreads();
     const int w0 = (d - d % g) >> 5;
     float r = x[w0];
     for (int i = 1; i < g / 32; i++) r = kvc_max(r, x[w0 + i]);
     __syncthreads();
-    return r;
+    out[0] = r;
 #else
-    x[d] = a;
+    const int nt = n / R;
+    KVC_GEN_EACH(r, R) x[t + r * nt] = a[r];
     KVC_GEN_SYNC();
     for (int h = g / 2; h >= 1; h >>= 1) {
-        const int on = (d % g) < h;
-        const float t = on ? kvc_max(x[d], x[d + h]) : 0.0f;
+        float u[KVC_GEN_R];
+        KVC_GEN_EACH(r, R) {
+            const int d = t + r * nt;
+            u[r] = (d % g) < h ? kvc_max(x[d], x[d + h]) : 0.0f;
+        }
         KVC_GEN_SYNC();
-        if (on) x[d] = t;
+        KVC_GEN_EACH(r, R) if ((t + r * nt) % g < h) x[t + r * nt] = u[r];
         KVC_GEN_SYNC();
     }
-    const float r = x[d - d % g];
+    KVC_GEN_EACH(r, R) out[r] = x[(t + r * nt) - (t + r * nt) % g];
     KVC_GEN_SYNC();
-    return r;
 #endif
 }
 
-/** Thread d's partner value x[d ^ h] after every thread put its own v. */
-KVC_GEN_FN float kvc_gen_partner(KVC_GEN_LOCAL float *x, float v, int h, int d) {
+/** out[r]: the value of dimension d ^ h (d = t + r x nt) after every
+ * thread put its own v. */
+KVC_GEN_FN void kvc_gen_partner(KVC_GEN_LOCAL float *x, const float *v, int h, int n, int t, int R, float *out) {
+    const int nt = n / R;
 #if defined(__CUDACC__)
-    if (h < 32) return __shfl_xor_sync(KVC_GEN_FULL, v, h);
+    if (h < 32) {
+        out[0] = __shfl_xor_sync(KVC_GEN_FULL, v[0], h);
+        return;
+    }
 #endif
-    x[d] = v;
+    KVC_GEN_EACH(r, R) x[t + r * nt] = v[r];
     KVC_GEN_SYNC();
-    const float r = x[d ^ h];
+    KVC_GEN_EACH(r, R) out[r] = x[(t + r * nt) ^ h];
     KVC_GEN_SYNC();
-    return r;
 }
 
 /**
- * Finalise one output from c (thread d's window sum): the D threads write
- * the slot's payload and scale bytes as kvc_finalize_slot (D = 512) or
- * kvc_finalize_indexer (D = 128) do.  w: the RMSNorm weights, cs: the
- * output's cos/sin row; write = 0: nothing is written (an output skipped
- * after the group's barriers: every thread still calls).  @return 1
- * (every thread) for a non-finite slot.
+ * Finalise one output from c (c[r]: dimension t + r x D / R's window sum):
+ * the D / R threads write the slot's payload and scale bytes as
+ * kvc_finalize_slot (D = 512) or kvc_finalize_indexer (D = 128) do.  w:
+ * the RMSNorm weights, cs: the output's cos/sin row; write = 0: nothing is
+ * written (an output skipped after the group's barriers: every thread
+ * still calls).  @return 1 (every thread) for a non-finite slot.
  */
-KVC_GEN_FN int kvc_gen_finalize(const kvc_shape *sh, float c, int d, int write, KVC_GLOBAL const kvc_u16 *w,
-                                KVC_GLOBAL const float *cs, KVC_GLOBAL kvc_u8 *payload, KVC_GLOBAL kvc_u8 *scales,
-                                KVC_GEN_LOCAL kvc_gen_scratch *sc) {
-    const int D = (int)sh->head_dim, fmt = (int)sh->nope_format, il = sh->cos_sin_layout == 1;
-    if (d == 0) sc->bad = 0;
-    int bad = kvc_nonfinite(c);
-    const float ss = kvc_gen_sum(sc->x, KVC_MUL(c, c), D, d);
+KVC_GEN_FN int kvc_gen_finalize(const kvc_shape *sh, const float *c, int t, int R, int write,
+                                KVC_GLOBAL const kvc_u16 *w, KVC_GLOBAL const float *cs, KVC_GLOBAL kvc_u8 *payload,
+                                KVC_GLOBAL kvc_u8 *scales, KVC_GEN_LOCAL kvc_gen_scratch *sc) {
+    const int D = (int)sh->head_dim, fmt = (int)sh->nope_format, il = sh->cos_sin_layout == 1, nt = D / R;
+    if (t == 0) sc->bad = 0;
+    int bad = 0;
+    float q[KVC_GEN_R], y[KVC_GEN_R], other[KVC_GEN_R], val[KVC_GEN_R], z[KVC_GEN_R], amax[KVC_GEN_R];
+    kvc_u16 hb[KVC_GEN_R];
+    KVC_GEN_EACH(r, R) {
+        bad |= kvc_nonfinite(c[r]);
+        q[r] = KVC_MUL(c[r], c[r]);
+    }
+    const float ss = kvc_gen_sum(sc->x, q, D, t, R);
     const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(ss, D == 128 ? KVC_INV128 : KVC_INV512), sh->rms_norm_eps)));
-    const float y = kvc_rms_apply(c, rr, kvc_bf16_to_f32(w[d]));
-    bad |= kvc_nonfinite(y);
+    KVC_GEN_EACH(r, R) {
+        y[r] = kvc_rms_apply(c[r], rr, kvc_bf16_to_f32(w[t + r * nt]));
+        bad |= kvc_nonfinite(y[r]);
+    }
     /* RoPE on the last 64 dims: pair j = (u, v) = (y[D-64+2j], y[D-63+2j]) */
-    const float other = kvc_gen_partner(sc->x, y, 1, d);
-    float val = y;
-    if (d >= D - 64) {
-        float cj = 0.0f, sj = 0.0f, uo, wo;
-        if (write) kvc_cos_sin(cs, il, (d - (D - 64)) / 2, &cj, &sj); /* (a skipped output's row may not exist) */
-        const int odd = d & 1;
-        kvc_rope(odd ? other : y, odd ? y : other, cj, sj, &uo, &wo);
-        val = odd ? wo : uo;
-        bad |= kvc_nonfinite(val);
+    kvc_gen_partner(sc->x, y, 1, D, t, R, other);
+    KVC_GEN_EACH(r, R) {
+        const int d = t + r * nt;
+        val[r] = y[r];
+        if (d >= D - 64) {
+            float cj = 0.0f, sj = 0.0f, uo, wo;
+            if (write) kvc_cos_sin(cs, il, (d - (D - 64)) / 2, &cj, &sj); /* (a skipped output's row may not exist) */
+            const int odd = d & 1;
+            kvc_rope(odd ? other[r] : y[r], odd ? y[r] : other[r], cj, sj, &uo, &wo);
+            val[r] = odd ? wo : uo;
+            bad |= kvc_nonfinite(val[r]);
+        }
     }
     /* D = 128 with rotation: the Walsh-Hadamard butterflies, h = 1 .. 64,
      * then 1/sqrt(128) */
     const int rot = D == 128 && sh->rotate;
     for (int h = 1; h < (rot ? 128 : 1); h <<= 1) {
-        const float b = kvc_gen_partner(sc->x, val, h, d);
-        val = (d & h) ? KVC_SUB(b, val) : KVC_ADD(val, b);
+        float b[KVC_GEN_R];
+        kvc_gen_partner(sc->x, val, h, D, t, R, b);
+        KVC_GEN_EACH(r, R) val[r] = ((t + r * nt) & h) ? KVC_SUB(b[r], val[r]) : KVC_ADD(val[r], b[r]);
     }
-    if (rot) val = KVC_MUL(val, KVC_INV_SQRT128);
-    bad |= kvc_nonfinite(val);
-    const kvc_u16 h = kvc_bf16_bits(val);
-    bad |= kvc_bf16_nonfinite(h);
-    const float z = kvc_bf16_to_f32(h);
+    KVC_GEN_EACH(r, R) {
+        if (rot) val[r] = KVC_MUL(val[r], KVC_INV_SQRT128);
+        bad |= kvc_nonfinite(val[r]);
+        hb[r] = kvc_bf16_bits(val[r]);
+        bad |= kvc_bf16_nonfinite(hb[r]);
+        z[r] = kvc_bf16_to_f32(hb[r]);
+        q[r] = z[r] < 0.0f ? -z[r] : z[r];
+    }
     if (bad) KVC_GEN_OR(&sc->bad, 1);
     KVC_GEN_SYNC();
     bad = sc->bad;
     /* the quantisation groups' amax: 64 dims (D = 512), the slot
      * (INDEXER_FP8), 32 dims (INDEXER_MXFP4) */
     const int mx = D == 128 && fmt == KVC_FMT_MXFP4;
-    const float amax = kvc_gen_group_max(sc->x, z < 0.0f ? -z : z, D == 512 ? 64 : mx ? 32 : 128, d);
-    int e;
-    if (D == 512) {
-        e = kvc_group_exponent(amax, fmt == KVC_FMT_FP8);
-    } else if (!mx) {
-        e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_AMAX_FLOOR), KVC_FP8_MAX));
-    } else {
-        e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_MX_AMAX_FLOOR), 6.0f));
-        e = e < -127 ? -127 : e > 127 ? 127 : e;
-        sc->code[d] = kvc_e2m1_code(KVC_MUL(z, kvc_pow2(-e)));
-        if (d % 32 == 0) sc->ex[d / 32] = e;
+    kvc_gen_group_max(sc->x, q, D == 512 ? 64 : mx ? 32 : 128, D, t, R, amax);
+    int e[KVC_GEN_R];
+    KVC_GEN_EACH(r, R) {
+        const int d = t + r * nt;
+        if (D == 512) {
+            e[r] = kvc_group_exponent(amax[r], fmt == KVC_FMT_FP8);
+        } else if (!mx) {
+            e[r] = kvc_ceil_log2(KVC_DIV(kvc_max(amax[r], KVC_AMAX_FLOOR), KVC_FP8_MAX));
+        } else {
+            const int u = kvc_ceil_log2(KVC_DIV(kvc_max(amax[r], KVC_MX_AMAX_FLOOR), 6.0f));
+            e[r] = u < -127 ? -127 : u > 127 ? 127 : u;
+            sc->code[d] = kvc_e2m1_code(KVC_MUL(z[r], kvc_pow2(-e[r])));
+            if (d % 32 == 0) sc->ex[d / 32] = e[r];
+        }
     }
     KVC_GEN_SYNC();
-    if (!write) {
-    } else if (D == 512) {
-        const int fp8 = fmt == KVC_FMT_FP8;
-        if (d < 448) {
-            payload[d] = bad ? (kvc_u8)0 : kvc_nope_code(z, e, fp8);
-            if (d % 64 == 0) scales[d / 64] = kvc_scale_byte(e, bad);
+    KVC_GEN_EACH(r, R) {
+        const int d = t + r * nt;
+        if (!write) {
+        } else if (D == 512) {
+            const int fp8 = fmt == KVC_FMT_FP8;
+            if (d < 448) {
+                payload[d] = bad ? (kvc_u8)0 : kvc_nope_code(z[r], e[r], fp8);
+                if (d % 64 == 0) scales[d / 64] = kvc_scale_byte(e[r], bad);
+            } else {
+                const kvc_u16 b = bad ? (kvc_u16)KVC_BF16_QNAN : hb[r];
+                payload[448 + 2 * (d - 448)] = (kvc_u8)(b & 0xFFu);
+                payload[449 + 2 * (d - 448)] = (kvc_u8)(b >> 8);
+            }
+            if (d == 0) scales[7] = 0;
+        } else if (!mx) {
+            float v = KVC_MUL(z[r], kvc_pow2(-e[r]));
+            v = v > KVC_FP8_MAX ? KVC_FP8_MAX : v;
+            v = v < -KVC_FP8_MAX ? -KVC_FP8_MAX : v;
+            payload[d] = bad ? (kvc_u8)0 : kvc_e4m3_code(v);
+            const kvc_u32 sb = bad ? 0x7FC00000u : KVC_BITS(kvc_pow2(e[r])); /* a quiet NaN for a non-finite slot */
+            if (d < 4) scales[d] = (kvc_u8)(sb >> (8 * d));
         } else {
-            const kvc_u16 hb = bad ? (kvc_u16)KVC_BF16_QNAN : h;
-            payload[448 + 2 * (d - 448)] = (kvc_u8)(hb & 0xFFu);
-            payload[449 + 2 * (d - 448)] = (kvc_u8)(hb >> 8);
+            if (d < 64) payload[d] = bad ? (kvc_u8)0 : (kvc_u8)(sc->code[2 * d] | (sc->code[2 * d + 1] << 4));
+            if (d < 4) scales[d] = bad ? (kvc_u8)0xFF : (kvc_u8)(sc->ex[d] + 127);
         }
-        if (d == 0) scales[7] = 0;
-    } else if (!mx) {
-        float v = KVC_MUL(z, kvc_pow2(-e));
-        v = v > KVC_FP8_MAX ? KVC_FP8_MAX : v;
-        v = v < -KVC_FP8_MAX ? -KVC_FP8_MAX : v;
-        payload[d] = bad ? (kvc_u8)0 : kvc_e4m3_code(v);
-        const kvc_u32 sb = bad ? 0x7FC00000u : KVC_BITS(kvc_pow2(e)); /* a quiet NaN for a non-finite slot */
-        if (d < 4) scales[d] = (kvc_u8)(sb >> (8 * d));
-    } else {
-        if (d < 64) payload[d] = bad ? (kvc_u8)0 : (kvc_u8)(sc->code[2 * d] | (sc->code[2 * d + 1] << 4));
-        if (d < 4) scales[d] = bad ? (kvc_u8)0xFF : (kvc_u8)(sc->ex[d] + 127);
     }
     return bad;
 }

@@ -128,9 +128,9 @@ __device__ __forceinline__ void general_body(const launch_params &P, unsigned ct
     const int live = o < a.num_outputs && !ks::skip_output(P, kvc_check_output(&a, o, &inf, 0), o, inf, d == 0);
     if (d == 0) sc->bad_row = 0;
     __syncthreads();
-    const float c = live ? kvc_gen_reduce(&sh, a.state_cache, a.block_table + inf.r * a.block_table_stride,
-                                          a.score_bias, inf.p, d, a.numerics == KVC_NUMERICS_FAST, sc)
-                         : 0.0f;
+    const float c[1] = {live ? kvc_gen_reduce(&sh, a.state_cache, a.block_table + inf.r * a.block_table_stride,
+                                              a.score_bias, inf.p, d, a.numerics == KVC_NUMERICS_FAST, sc)
+                             : 0.0f};
     __syncthreads();
     const int ok = live && !sc->bad_row;
     if (live && !ok && d == 0) {
@@ -139,7 +139,7 @@ __device__ __forceinline__ void general_body(const launch_params &P, unsigned ct
     }
     ks::kv_slot at = {0, 0};
     if (ok) at = ks::slot_at(P, inf.slot);
-    const int bad = kvc_gen_finalize(&sh, c, d, ok, a.rms_norm_weight, a.cos_sin_cache + inf.pc * a.cos_sin_stride,
+    const int bad = kvc_gen_finalize(&sh, c, d, 1, ok, a.rms_norm_weight, a.cos_sin_cache + inf.pc * a.cos_sin_stride,
                                      a.kv_cache + at.po, a.kv_cache + at.so, sc);
     if (ok && d == 0) {
         ks::count(&P.status->outputs_written);

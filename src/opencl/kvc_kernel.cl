@@ -879,35 +879,38 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
 }
 
 /* The general kernel (kvc_general.h): head width 128, a bf16 state or a
- * score bias.  One work-group of pl.small_k x head_dim work-items for
- * pl.small_k outputs; bias: the score bias (any buffer where
- * sh.score_bias_stride is 0: none). */
+ * score bias.  One work-group of pl.small_k x head_dim / R work-items for
+ * pl.small_k outputs, R = 2 dimensions a work-item at head width 512, else
+ * 1; bias: the score bias (any buffer where sh.score_bias_stride is 0:
+ * none). */
 __kernel void kvc_compress_general(KVC_CL_KERNEL_ARGS, __global const float *bias) {
     __local kvc_gen_scratch scs[KVC_GEN_K_MAX];
-    const int D = (int)sh.head_dim, k = (int)get_local_id(0) / D, d = (int)get_local_id(0) % D;
+    const int D = (int)sh.head_dim, nt = (int)(get_local_size(0) / pl.small_k), R = D / nt;
+    const int k = (int)get_local_id(0) / nt, t = (int)get_local_id(0) % nt;
     __local kvc_gen_scratch *sc = &scs[k];
     const long o = get_group_id(0) * pl.small_k + k;
     kvc_out_info inf;
     inf.r = inf.p = inf.pc = inf.slot = 0;
     /* no return past the first barrier (PoCL): a skipped output only stops the writes */
     const int live =
-        o < sh.num_outputs && output_of(&sh, bidx, slots, t2r, positions, table, st, pl.out_base, o, d == 0, &inf);
-    if (d == 0) sc->bad_row = 0;
+        o < sh.num_outputs && output_of(&sh, bidx, slots, t2r, positions, table, st, pl.out_base, o, t == 0, &inf);
+    if (t == 0) sc->bad_row = 0;
     barrier(CLK_LOCAL_MEM_FENCE);
-    const float c = live ? kvc_gen_reduce(&sh, state, table + inf.r * sh.block_table_stride,
-                                          sh.score_bias_stride ? bias : 0, inf.p, d, 0, sc)
-                         : 0.0f;
+    float c[KVC_GEN_R];
+    KVC_GEN_EACH(r, R) c[r] = live ? kvc_gen_reduce(&sh, state, table + inf.r * sh.block_table_stride,
+                                                    sh.score_bias_stride ? bias : 0, inf.p, t + r * nt, 0, sc)
+                                   : 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);
     const int ok = live && !sc->bad_row;
-    if (live && !ok && d == 0) {
+    if (live && !ok && t == 0) {
         record_error(st, KVC_CHECK_PHYSICAL_BLOCK, pl.out_base + o, sc->bad_g);
         atomic_inc(&st->invalid);
     }
     long po = 0, so = 0;
     if (ok) kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, sh.nope_format, &po, &so);
     const int bad =
-        kvc_gen_finalize(&sh, c, d, ok, weight, cos_sin + inf.pc * sh.cos_sin_stride, kv + po, kv + so, sc);
-    if (ok && d == 0) {
+        kvc_gen_finalize(&sh, c, t, R, ok, weight, cos_sin + inf.pc * sh.cos_sin_stride, kv + po, kv + so, sc);
+    if (ok && t == 0) {
         atomic_inc(&st->written);
         if (bad) atomic_inc(&st->nonfinite);
     }

@@ -444,14 +444,16 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     if (a->num_outputs == 0) return zero_status(q, status, keep);
     if (kvc_needs_general(a)) { /* kvc_general.h: one group of head_dim work-items per output */
         if ((st = zero_status(q, status, keep)) != KVC_OK) return st;
-        /* head width 128: up to KVC_GEN_K_MAX outputs a group, as the device's work-groups allow */
+        /* 128 work-items an output at head width 128 (up to KVC_GEN_K_MAX
+         * outputs a group, as the device's work-groups allow), 256 of 2
+         * dimensions at 512 */
+        const long long per = a->head_dim == 128 ? 128 : 256;
         long long k = a->head_dim == 128 ? (long long)(ent->general_wg / 128) : 1;
         k = k > KVC_GEN_K_MAX ? KVC_GEN_K_MAX : k;
-        if (ent->general_wg < (size_t)a->head_dim)
+        if (ent->general_wg < (size_t)per)
             return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "OpenCL device: work-groups of at most %zu work-items "
                             "for the general kernel, head_dim = %lld needs %lld (head width 128 or a bf16 state "
-                            "or score bias at 512)", ent->general_wg, (long long)a->head_dim,
-                            (long long)a->head_dim);
+                            "or score bias at 512)", ent->general_wg, (long long)a->head_dim, per);
         /* (the workspace arguments are unused: any buffers) */
         if ((st = grow(ent->ctx, &ws->states, &ws->states_bytes, 16, "chunk-state")) != KVC_OK ||
             (st = grow(ent->ctx, &ws->tickets, &ws->tickets_bytes, 16, "ticket")) != KVC_OK)
@@ -469,7 +471,7 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
                                  (cl_mem)(void *)a->kv_cache, status, ws->states, ws->tickets,
                                  /* no score bias: any buffer (the kernel reads it only with a stride) */
                                  (cl_mem)(void *)(a->score_bias ? a->score_bias : a->state_cache)};
-        return enqueue(q, ent->general, &sh, &pl, bufs, 13, pl.groups, (size_t)(k * a->head_dim));
+        return enqueue(q, ent->general, &sh, &pl, bufs, 13, pl.groups, (size_t)(k * per));
     }
 
     /* the CUDA backend's chunk policy: about one wave of work-groups,
