@@ -32,7 +32,11 @@
  * Windows of one segment (C <= 8, or C <= 4 with overlap) go to a second
  * kernel, compress_small_kernel: a CTA takes K outputs (K sized for one full
  * wave), resolves all their checks and rows in parallel, then reduces and
- * finalises them in turn with the next output's loads in flight.
+ * finalises them in turn with the next output's loads in flight.  At head
+ * width 128 (SPEC 9) such windows go to the indexer kernel
+ * (cuda_indexer.cuh: a warp per output); other head-128 windows, and a
+ * bf16 state or score bias where no tuned kernel takes the window, to the
+ * general kernel (kvc_general.h).
  *
  * Files: the device code is cuda_kernels.cuh, compiled here once per DPT
  * and numerics mode (namespaces kvc_cuda_d1, kvc_cuda_d2; FAST, SPEC 8:
@@ -196,6 +200,10 @@ static const main_kernel kMainKernels[] = {
 static const kernel_fn kSmallKernels[2][2] = {
     {kvc_cuda_d2::compress_small_kernel<false>, kvc_cuda_d2::compress_small_kernel<true>},
     {kvc_cuda_d2f::compress_small_kernel<false>, kvc_cuda_d2f::compress_small_kernel<true>}};
+/* [fast][bf16] */
+static const kernel_fn kIndexerKernels[2][2] = {
+    {kvc_cuda_d2::indexer_kernel<false>, kvc_cuda_d2::indexer_kernel<true>},
+    {kvc_cuda_d2f::indexer_kernel<false>, kvc_cuda_d2f::indexer_kernel<true>}};
 /* [fast][log2 chunks][variant]: float32 state with any token stride or
  * 1024 (dense), the same with a bf16 state, then a score bias (any stride)
  * on float32 and bf16 states */
@@ -483,7 +491,7 @@ static kvc_status cuda_compress(const kvc_args *sets, int n, const kvc_exec *e, 
 /* One argument set's launch: its parameters, kernels and workspace. */
 struct set_plan {
     launch_params P;
-    int general, slice, dpt, kf; /* kf: the main kernel's body (main_kernel_for) */
+    int general, slice, indexer, dpt, kf; /* kf: the main kernel's body (main_kernel_for) */
     long long L;
     size_t tk_bytes, slice_bad_bytes; /* its tickets' bytes; the slice area's bad-block words */
     size_t gen_need, slice_need;      /* workspace bytes after the status word; of the slice area */
@@ -491,9 +499,10 @@ struct set_plan {
 
 /* Plan set a's launch on device dev (host arithmetic only). */
 static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
-    /* head width 128 (SPEC 9): the general kernel; a bf16 state or a score
-     * bias (SPEC 10): the slice and one-segment kernels where they take
-     * the window, else the general one.  Every kernel has a FAST form. */
+    /* head width 128 (SPEC 9): the indexer kernel for windows of one
+     * segment, else the general kernel; a bf16 state or a score bias (SPEC
+     * 10): the slice, one-segment and indexer kernels where they take the
+     * window, else the general one.  Every kernel has a FAST form. */
     const int bf16 = a->state_dtype == KVC_STATE_BFLOAT16, esz = bf16 ? 2 : 4;
     int general = a->head_dim != KVC_HEAD_DIM;
     launch_params &P = sp->P;
@@ -518,6 +527,18 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     const int bias_pairs = !a->score_bias || ((uintptr_t)a->score_bias % 8 == 0 && a->score_bias_stride % 2 == 0);
     int slice = !general && bias_pairs && kvc_plan_slice(a, &P.pl, (uintptr_t)a->state_cache % (2 * esz) == 0);
     if (!general && !slice && !P.pl.small_k && (bf16 || a->score_bias)) general = 1;
+    sp->indexer = general && a->head_dim == 128 && P.pl.nseg == 1;
+    if (sp->indexer) { /* a warp per output, up to kIdxOpw a warp, for about one wave of warps */
+        const long long warps = (long long)ks::kIdxMinb * ks::kIdxWarps * sm_count(dev);
+        long long opw = (nout + warps - 1) / warps;
+        opw = opw < 1 ? 1 : opw > ks::kIdxOpw ? ks::kIdxOpw : opw;
+        general = 0;
+        P.pl.small_k = opw;
+        P.pl.groups = (nout + opw * ks::kIdxWarps - 1) / (opw * ks::kIdxWarps);
+        /* 16-byte (bf16: 8-byte) row loads: every row offset a multiple of 4 elements */
+        P.pl.vec = (uintptr_t)a->state_cache % (4 * esz) == 0 && a->state_stride_block % 4 == 0 &&
+                   a->state_stride_token % 4 == 0;
+    }
     if (general) { /* (its own layout below: no chunk states or tickets) */
         slice = 0;
         P.pl.nchunk = 1;
@@ -541,7 +562,7 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     P.lanes = (int)L;
     P.uniform = P.pl.nseg % ch == 0 && (P.pl.nchunk & (P.pl.nchunk - 1)) == 0 && P.pl.nchunk <= tree_max * L;
     /* DPT-float loads need DPT-float alignment of every row */
-    if (!slice)
+    if (!slice && !sp->indexer)
         P.pl.vec = ((uintptr_t)a->state_cache % (esz * dpt) == 0) && a->state_stride_block % dpt == 0 &&
                    a->state_stride_token % dpt == 0;
     P.fast = P.pl.vec && a->overlap == KVC_OVERLAP_OFF;
@@ -552,7 +573,7 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     static_assert(kvc_cuda_d2::kSliceRec == KVC_SLICE_REC, "the slice record of kvc_check.h");
     kvc_ws_plan wp;
     kvc_ws_plan_make(&P.pl, nout, slice, &wp);
-    sp->tk_bytes = general ? 0 : ((size_t)nout * 4 + 255) & ~(size_t)255;
+    sp->tk_bytes = general || sp->indexer ? 0 : ((size_t)nout * 4 + 255) & ~(size_t)255;
     sp->slice_bad_bytes = ((size_t)wp.slice_bad + 255) & ~(size_t)255;
     sp->gen_need = slice ? 0 : sp->tk_bytes + (size_t)wp.states;
     sp->slice_need = slice ? sp->slice_bad_bytes + (size_t)wp.states : 0;
@@ -631,6 +652,12 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
     const long long blocks = P.pl.groups;
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);
+    if (sp->indexer) { /* head width 128, one-segment windows: a warp per output */
+        kIndexerKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16]<<<(unsigned)blocks, ks::kIdxWarps * 32, 0,
+                                                                         stream>>>(P);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
+        return KVC_OK;
+    }
     if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
         const kernel_fn small_k = kSmallKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16];
         small_k<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);

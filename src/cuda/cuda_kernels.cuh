@@ -3,7 +3,8 @@
  * dimensions per thread: cuda_backend.cu includes it once per DPT, each time
  * inside its own namespace with DPT defined (kvc_cuda_d1, kvc_cuda_d2).  The
  * main kernel (compress_kernel) is compiled for both DPTs (the host picks one
- * per call), the one-segment kernel (compress_small_kernel) for DPT = 2.  No
+ * per call), the one-segment kernel (compress_small_kernel), the slice
+ * kernels (cuda_slice.cuh) and the indexer's (cuda_indexer.cuh) for DPT = 2.  No
  * include guard on purpose; every macro it defines is undefined at the end.
  *
  * FASTNUM 1 compiles SPEC 8's FAST numerics (namespaces kvc_cuda_d1f,
@@ -782,12 +783,17 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
 
 #if DPT == 2
 #include "cuda_slice.cuh"
+#include "cuda_indexer.cuh"
 #endif
 
 /* what the host needs of this DPT */
 constexpr int kDG = DG, kMaxLanes = MAX_LANES, kTreeMax = TREE_MAX;
 #if DPT == 2
 constexpr int kSmallK = KVC_CUDA_SMALL_K, kSmallMinb = SMALL_MINB, kSliceRec = SLICE_REC;
+constexpr int kIdxWarps = IDX_WARPS, kIdxOpw = IDX_OPW, kIdxMinb = IDX_MINB;
+#undef IDX_WARPS
+#undef IDX_OPW
+#undef IDX_MINB
 #undef SMALL_MINB
 #endif
 #undef DG
