@@ -1,4 +1,5 @@
-# Build-time step: concatenate kvc_canon.h, kvc_check.h, kvc_general.h, kvc_cl_shared.h, kvc_kernel.cl and kvc_slice.cl
+# Build-time step: concatenate kvc_canon.h, kvc_check.h, kvc_general.h, kvc_cl_shared.h, kvc_kernel.cl, kvc_slice.cl
+# and kvc_indexer.cl
 # (dropping #include "..." lines) into a C array of the OpenCL program source.
 string(REPLACE "|" ";" SOURCES "${SOURCES}")
 set(text "")

@@ -39,18 +39,28 @@ extern const char kvc_opencl_source[];
  * one frees the least recently used (with its queues' workspaces), so a
  * released context is let go (and one still in use rebuilds its program on
  * its next call). */
+/* The program's kernels (kvc_kernel.cl, kvc_slice.cl, kvc_indexer.cl). */
+enum {
+    K_MAIN,        /* the chunked kernel, 2 dims a work-item                          */
+    K_SMALL,       /* one-segment windows: several outputs per group                  */
+    K_WIDE,        /* 1 dim per work-item, 512 per group (GPU devices only, else NULL) */
+    K_SLICE,       /* C = 128 / 256 / 512 (kvc_slice.cl): any token stride            */
+    K_SLICE_DENSE, /* the same, token stride 1024                                     */
+    K_FINISH,      /* after the slice kernel: one group per output                    */
+    K_GENERAL,     /* kvc_general.h: head width 128, bf16 state, score bias           */
+    K_INDEXER,     /* head width 128, windows of one segment                          */
+    K_COUNT
+};
+static const char *const kKernelNames[K_COUNT] = {
+    "kvc_compress_kernel", "kvc_compress_small", "kvc_compress_wide",    "kvc_slice",
+    "kvc_slice_dense",     "kvc_slice_finish",   "kvc_compress_general", "kvc_compress_indexer"};
+
 typedef struct cl_entry {
     kvc_reg_entry reg; /* key (context, device); first member          */
     cl_context ctx;
     cl_device_id dev;
     cl_program prog;
-    cl_kernel kern;    /* created once; arguments set under g_lock      */
-    cl_kernel small;   /* one-segment windows: several outputs per group */
-    cl_kernel wide;    /* 1 dim per work-item, 512 per group, one group  */
-                       /* per chunk (GPU devices only, else NULL)        */
-    cl_kernel slice[2]; /* C = 128 / 256 / 512 (kvc_slice.cl): any stride, 1024 */
-    cl_kernel finish;   /* after slice[]: one group per output            */
-    cl_kernel general;  /* kvc_general.h: head width 128, bf16 state, score bias */
+    cl_kernel k[K_COUNT]; /* created once (kKernelNames); arguments set under g_lock */
     size_t general_wg;  /* its largest work-group on this device (it needs head_dim) */
     cl_uint units;     /* compute units                                  */
 } cl_entry;
@@ -225,57 +235,34 @@ static kvc_status entry_make_locked(cl_context ctx, cl_device_id dev, cl_entry *
         return kvc_fail(KVC_ERROR_DEVICE, "OpenCL program build failed (%d): %.900s", (int)err, log);
     }
     prog = nv_tune(ctx, dev, prog);
-    cl_kernel kern = clCreateKernel(prog, "kvc_compress_kernel", &err);
-    cl_kernel small = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_compress_small", &err) : NULL;
-    cl_kernel wide = err == CL_SUCCESS && gpu ? clCreateKernel(prog, "kvc_compress_wide", &err) : NULL;
-    cl_kernel slice0 = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice", &err) : NULL;
-    cl_kernel slice1 = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice_dense", &err) : NULL;
-    cl_kernel finish = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_slice_finish", &err) : NULL;
-    cl_kernel general = err == CL_SUCCESS ? clCreateKernel(prog, "kvc_compress_general", &err) : NULL;
-    if (err != CL_SUCCESS) {
-        if (finish) clReleaseKernel(finish);
-        if (slice1) clReleaseKernel(slice1);
-        if (slice0) clReleaseKernel(slice0);
-        if (wide) clReleaseKernel(wide);
-        if (small) clReleaseKernel(small);
-        if (kern) clReleaseKernel(kern);
+    cl_kernel k[K_COUNT] = {NULL};
+    for (int i = 0; i < K_COUNT && err == CL_SUCCESS; i++)
+        if (i != K_WIDE || gpu) k[i] = clCreateKernel(prog, kKernelNames[i], &err);
+    cl_entry *e = err == CL_SUCCESS ? calloc(1, sizeof *e) : NULL;
+    if (!e) {
+        for (int i = 0; i < K_COUNT; i++)
+            if (k[i]) clReleaseKernel(k[i]);
         clReleaseProgram(prog);
-        return cl_fail(err, "clCreateKernel");
+        return err != CL_SUCCESS ? cl_fail(err, "clCreateKernel")
+                                 : kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "OpenCL: no host memory for a program entry");
     }
     cl_uint units = 0;
     if (clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof units, &units, NULL) != CL_SUCCESS || units == 0)
         units = 1;
-    cl_entry *e = calloc(1, sizeof *e);
-    if (!e) {
-        clReleaseKernel(general);
-        clReleaseKernel(finish);
-        clReleaseKernel(slice1);
-        clReleaseKernel(slice0);
-        if (wide) clReleaseKernel(wide);
-        clReleaseKernel(small);
-        clReleaseKernel(kern);
-        clReleaseProgram(prog);
-        return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "OpenCL: no host memory for a program entry");
-    }
     size_t general_wg = 0;
-    if (clGetKernelWorkGroupInfo(general, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof general_wg, &general_wg, NULL) !=
+    if (clGetKernelWorkGroupInfo(k[K_GENERAL], dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof general_wg, &general_wg, NULL) !=
         CL_SUCCESS)
         general_wg = 0;
-    *e = (cl_entry){{NULL, {ctx, dev, NULL}, 0, 0}, ctx, dev, prog, kern, small, wide, {slice0, slice1}, finish,
-                    general, general_wg, units};
+    *e = (cl_entry){{NULL, {ctx, dev, NULL}, 0, 0}, ctx, dev, prog, {NULL}, general_wg, units};
+    memcpy(e->k, k, sizeof k);
     clRetainContext(ctx);
     *out = e;
     return KVC_OK;
 }
 
 static void entry_free(cl_entry *e) {
-    clReleaseKernel(e->general);
-    clReleaseKernel(e->finish);
-    clReleaseKernel(e->slice[1]);
-    clReleaseKernel(e->slice[0]);
-    if (e->wide) clReleaseKernel(e->wide);
-    clReleaseKernel(e->small);
-    clReleaseKernel(e->kern);
+    for (int i = 0; i < K_COUNT; i++)
+        if (e->k[i]) clReleaseKernel(e->k[i]);
     clReleaseProgram(e->prog);
     clReleaseContext(e->ctx);
     free(e);
@@ -398,6 +385,20 @@ static kvc_status grow(cl_context ctx, cl_mem *buf, size_t *have, size_t need, c
     return KVC_OK;
 }
 
+/* A call's buffers in the kernels' argument order (KVC_CL_KERNEL_ARGS),
+ * then the general and indexer kernels' score bias (none: any buffer --
+ * they read it only with a stride). */
+static void call_bufs(const kvc_args *a, cl_mem status, cl_mem states, cl_mem tickets, cl_mem bufs[13]) {
+    const void *const p[9] = {a->state_cache, a->token_to_req, a->positions, a->kv_slot_mapping,
+                              a->boundary_token_indices, a->block_table, a->rms_norm_weight, a->cos_sin_cache,
+                              a->kv_cache};
+    for (int i = 0; i < 9; i++) bufs[i] = (cl_mem)(void *)p[i];
+    bufs[9] = status;
+    bufs[10] = states;
+    bufs[11] = tickets;
+    bufs[12] = (cl_mem)(void *)(a->score_bias ? a->score_bias : a->state_cache);
+}
+
 /* Set k's arguments (every kernel takes the same: KVC_CL_KERNEL_ARGS) and
  * enqueue groups x local work-items.  One kernel object per context:
  * arguments and enqueue under the lock (clEnqueueNDRangeKernel captures
@@ -442,6 +443,26 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
      * themselves (kvc_slice.cl: a command fewer per call); every return
      * before the kernels fills it */
     if (a->num_outputs == 0) return zero_status(q, status, keep);
+    const kvc_shape sh = kvc_shape_of(a);
+    cl_mem bufs[13];
+    if (a->head_dim == 128 && kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON) <= KVC_SEG) {
+        /* kvc_indexer.cl: K outputs a group of 256 (kvc_compress_small's policy), 8 at once */
+        if ((st = zero_status(q, status, keep)) != KVC_OK) return st;
+        /* (the workspace arguments are unused: any buffers) */
+        if ((st = grow(ent->ctx, &ws->states, &ws->states_bytes, 16, "chunk-state")) != KVC_OK ||
+            (st = grow(ent->ctx, &ws->tickets, &ws->tickets_bytes, 16, "ticket")) != KVC_OK)
+            return st;
+        call_bufs(a, status, ws->states, ws->tickets, bufs);
+        const kvc_plan_policy pol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH,
+                                     (long long)KVC_OPENCL_SMALL_SLOTS * ent->units, KVC_OPENCL_SMALL_K, 0};
+        kvc_plan pl;
+        kvc_plan_make(a->num_outputs, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &pl);
+        pl.out_base = out_base;
+        pl.keep_status = keep;
+        /* 16-byte (bf16: 8-byte) row loads: buffers start aligned, every row offset a multiple of 4 elements */
+        pl.vec = a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0;
+        return enqueue(q, ent->k[K_INDEXER], &sh, &pl, bufs, 13, pl.groups, 256);
+    }
     if (kvc_needs_general(a)) { /* kvc_general.h: one group of head_dim work-items per output */
         if ((st = zero_status(q, status, keep)) != KVC_OK) return st;
         /* 128 work-items an output at head width 128 (up to KVC_GEN_K_MAX
@@ -458,20 +479,13 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
         if ((st = grow(ent->ctx, &ws->states, &ws->states_bytes, 16, "chunk-state")) != KVC_OK ||
             (st = grow(ent->ctx, &ws->tickets, &ws->tickets_bytes, 16, "ticket")) != KVC_OK)
             return st;
-        const kvc_shape sh = kvc_shape_of(a);
+        call_bufs(a, status, ws->states, ws->tickets, bufs);
         kvc_plan pl = {0};
         pl.out_base = out_base;
         pl.keep_status = keep;
         pl.small_k = k; /* outputs per group */
         pl.groups = (a->num_outputs + k - 1) / k;
-        const cl_mem bufs[13] = {(cl_mem)(void *)a->state_cache, (cl_mem)(void *)a->token_to_req,
-                                 (cl_mem)(void *)a->positions, (cl_mem)(void *)a->kv_slot_mapping,
-                                 (cl_mem)(void *)a->boundary_token_indices, (cl_mem)(void *)a->block_table,
-                                 (cl_mem)(void *)a->rms_norm_weight, (cl_mem)(void *)a->cos_sin_cache,
-                                 (cl_mem)(void *)a->kv_cache, status, ws->states, ws->tickets,
-                                 /* no score bias: any buffer (the kernel reads it only with a stride) */
-                                 (cl_mem)(void *)(a->score_bias ? a->score_bias : a->state_cache)};
-        return enqueue(q, ent->general, &sh, &pl, bufs, 13, pl.groups, (size_t)(k * per));
+        return enqueue(q, ent->k[K_GENERAL], &sh, &pl, bufs, 13, pl.groups, (size_t)(k * per));
     }
 
     /* the CUDA backend's chunk policy: about one wave of work-groups,
@@ -503,7 +517,7 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
      * work-items, 64 registers), faster on the H200 than the 2-dims kernel.
      * Test hook KVC_OPENCL_NO_WIDE=1: the 2-dims kernel
      * (tests/test_opencl_paths.c reaches both under Oclgrind) */
-    const int wide = !slice && !pl.small_k && pl.full && ent->wide && !kvc_test_hook("KVC_OPENCL_NO_WIDE");
+    const int wide = !slice && !pl.small_k && pl.full && ent->k[K_WIDE] && !kvc_test_hook("KVC_OPENCL_NO_WIDE");
     const int shared_states = !slice && pl.nchunk > 1;
     /* workspace: chunk states (slice kernels: c records or chunk states,
      * then a check record per output),
@@ -530,17 +544,13 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
             CL_SUCCESS)
         return cl_fail(err, "clEnqueueFillBuffer(tickets)");
 
-    const kvc_shape sh = kvc_shape_of(a);
-    cl_mem bufs[12] = {(cl_mem)(void *)a->state_cache, (cl_mem)(void *)a->token_to_req,
-                       (cl_mem)(void *)a->positions, (cl_mem)(void *)a->kv_slot_mapping,
-                       (cl_mem)(void *)a->boundary_token_indices, (cl_mem)(void *)a->block_table,
-                       (cl_mem)(void *)a->rms_norm_weight, (cl_mem)(void *)a->cos_sin_cache,
-                       (cl_mem)(void *)a->kv_cache, status, states, tickets};
+    call_bufs(a, status, states, tickets, bufs);
     if (slice) {
-        st = enqueue(q, ent->slice[a->state_stride_token == 1024], &sh, &pl, bufs, 12, pl.groups, 256);
-        return st == KVC_OK ? enqueue(q, ent->finish, &sh, &pl, bufs, 12, a->num_outputs, 128) : st;
+        const int dense = a->state_stride_token == 1024;
+        st = enqueue(q, ent->k[dense ? K_SLICE_DENSE : K_SLICE], &sh, &pl, bufs, 12, pl.groups, 256);
+        return st == KVC_OK ? enqueue(q, ent->k[K_FINISH], &sh, &pl, bufs, 12, a->num_outputs, 128) : st;
     }
-    cl_kernel k = pl.small_k ? ent->small : wide ? ent->wide : ent->kern;
+    cl_kernel k = ent->k[pl.small_k ? K_SMALL : wide ? K_WIDE : K_MAIN];
     return enqueue(q, k, &sh, &pl, bufs, 12, pl.groups, wide ? 512 : 256); /* KVC_CL_WG of kvc_kernel.cl */
 }
 

@@ -1,0 +1,253 @@
+/*
+ * kvc_indexer.cl -- the indexer's compressor (SPEC 9: head width 128) for
+ * windows of one segment (C <= 8, C <= 4 with overlap), the OpenCL form of
+ * cuda_indexer.cuh.  A work-group of 256 work-items takes K = pl.small_k
+ * outputs: their checks and rows resolved at once (as kvc_compress_small);
+ * then, in rounds, its 8 slots of 32 work-items reduce and finalise 8
+ * outputs at once, work-item l of a slot holding dims 4l .. 4l + 3 (one
+ * 16-byte load per row half where rows allow it; 8 bytes for bf16), the
+ * next round's loads in flight during this round's finalisation.
+ *
+ * The finaliser's exchanges go through local memory: a work-item reads its
+ * slot's 32 partial values after one barrier and combines them in the
+ * canonical order itself (the same pairwise tree, no tree of barriers);
+ * the rotation's five cross-item stages take a barrier each.  Same bytes
+ * as kvc_finalize_indexer (kvc_canon.h).  Loop forms only (PoCL: see
+ * KVC_CL_STRAIGHT in kvc_kernel.cl).
+ */
+#define KVC_CL_IDX_SLOTS 8
+
+/* Row half at element offset off, dims 4l .. 4l + 3, as binary32; vec:
+ * every row offset a multiple of 4 elements (buffers start aligned). */
+static inline void idx_ld4(__global const float *state, long off, int l, int bf16, int vec, float *o) {
+    if (bf16) {
+        __global const ushort *b = (__global const ushort *)state + off + 4 * l;
+        if (vec) {
+            const uint2 u = *(__global const uint2 *)b;
+            o[0] = as_float(u.x << 16);
+            o[1] = as_float(u.x & 0xFFFF0000u);
+            o[2] = as_float(u.y << 16);
+            o[3] = as_float(u.y & 0xFFFF0000u);
+        } else {
+            for (int j = 0; j < 4; j++) o[j] = kvc_bf16_to_f32(b[j]);
+        }
+    } else if (vec) {
+        const float4 f = ((__global const float4 *)(state + off))[l];
+        o[0] = f.x, o[1] = f.y, o[2] = f.z, o[3] = f.w;
+    } else {
+        for (int j = 0; j < 4; j++) o[j] = state[off + 4 * l + j];
+    }
+}
+
+/* A window's rows at row offsets ro[i] (< 0: masked, value 0 and score -Inf).
+ * (The offsets come in private memory: PoCL read zeros through a local
+ * pointer passed here.) */
+static inline void idx_load(__global const float *state, const long *ro, long sdelta, int rows, int l, int bf16,
+                            int vec, float v[KVC_SEG][4], float s[KVC_SEG][4]) {
+    for (int i = 0; i < KVC_SEG; i++) {
+        if (i >= rows) break;
+        const long off = ro[i];
+        if (off >= 0) {
+            idx_ld4(state, off, l, bf16, vec, v[i]);
+            idx_ld4(state, off + sdelta, l, bf16, vec, s[i]);
+        } else {
+            for (int j = 0; j < 4; j++) v[i][j] = 0.0f, s[i][j] = KVC_NEG_INF;
+        }
+    }
+}
+
+/* The pairwise sum of a slot's 32 partial sums p[0..31] (each the sum of 4
+ * consecutive values): levels 3 .. 7 of the canonical tree over 128. */
+static inline float idx_sum32(__local const float *p) {
+    float a[16];
+    for (int i = 0; i < 16; i++) a[i] = KVC_ADD(p[2 * i], p[2 * i + 1]);
+    for (int m = 8; m >= 1; m >>= 1)
+        for (int i = 0; i < m; i++) a[i] = KVC_ADD(a[2 * i], a[2 * i + 1]);
+    return a[0];
+}
+
+__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_indexer(KVC_CL_KERNEL_ARGS,
+                                                                                           __global const float *bias) {
+    __local long rowoff[KVC_CL_SMALL_K * KVC_SEG], boff[KVC_CL_SMALL_K * KVC_SEG];
+    __local long s_po[KVC_CL_SMALL_K], s_so[KVC_CL_SMALL_K], s_pc[KVC_CL_SMALL_K], s_r[KVC_CL_SMALL_K],
+        s_p[KVC_CL_SMALL_K], s_badg[KVC_CL_SMALL_K];
+    __local int s_ok[KVC_CL_SMALL_K], s_bad[KVC_CL_SMALL_K], s_live[KVC_CL_SMALL_K], s_nlive, s_nonfinite;
+    __local float sq[KVC_CL_IDX_SLOTS][32], am[KVC_CL_IDX_SLOTS][32], rot[2][KVC_CL_IDX_SLOTS][128];
+    __local int bd[KVC_CL_IDX_SLOTS][32];
+    const int q = (int)get_local_id(0), l = q % 32, g = q / 32;
+    const long o0 = (long)get_group_id(0) * pl.small_k;
+    const int kn = (int)(sh.num_outputs - o0 < pl.small_k ? sh.num_outputs - o0 : pl.small_k);
+    const int ovl = sh.overlap != 0, bf16 = (int)sh.state_bf16;
+    if (q < kn) { /* work-item q: output o0 + q's checks (it records its own error or padding) */
+        kvc_out_info inf;
+        const int ok = output_of(&sh, bidx, slots, t2r, positions, table, st, pl.out_base, o0 + q, 1, &inf);
+        long po = 0, so = 0;
+        if (ok) kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, sh.nope_format, &po, &so);
+        s_ok[q] = ok;
+        s_bad[q] = 0;
+        s_po[q] = po;
+        s_so[q] = so;
+        s_pc[q] = inf.pc;
+        s_r[q] = inf.r;
+        s_p[q] = inf.p;
+    }
+    if (q == 0) s_nonfinite = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int rows = (int)pl.rows; /* <= 8 */
+    for (int x = q; x < kn * KVC_SEG; x += KVC_CL_WG) {
+        const int k = x / KVC_SEG, i = x % KVC_SEG;
+        long off = -1, bo = -1;
+        if (s_ok[k] && i < rows) {
+            int vo, so;
+            const long pos = kvc_window_row(s_p[k], sh.compress_ratio, ovl, 128, i, &vo, &so);
+            if (pos >= 0) {
+                const long blk = table[s_r[k] * sh.block_table_stride + kvc_udiv(pos, sh.block_size)];
+                if (blk < 0 || blk >= sh.num_blocks) {
+                    if (atomic_xchg(&s_bad[k], 1) == 0) s_badg[k] = blk;
+                } else {
+                    const long lb = kvc_udiv(pos, sh.block_size);
+                    off = blk * sh.state_stride_block + (pos - lb * sh.block_size) * sh.state_stride_token + vo;
+                    if (sh.score_bias_stride)
+                        bo = kvc_bias_offset(pos, sh.compress_ratio, sh.score_bias_stride, so, ovl, 128);
+                }
+            }
+        }
+        rowoff[x] = off;
+        boff[x] = bo;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (q == 0) { /* the live outputs in order; the others with a bad block reported */
+        int n = 0;
+        for (int k = 0; k < kn; k++) {
+            if (!s_ok[k]) continue;
+            if (!s_bad[k]) {
+                s_live[n++] = k;
+                continue;
+            }
+            record_error(st, KVC_CHECK_PHYSICAL_BLOCK, pl.out_base + o0 + k, s_badg[k]);
+            atomic_inc(&st->invalid);
+        }
+        s_nlive = n;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int nlive = s_nlive, vec = (int)pl.vec, il = sh.cos_sin_layout == 1, fmt = (int)sh.nope_format;
+    const long sdelta = kvc_score_delta(ovl, 128);
+    float w[4];
+    for (int j = 0; j < 4; j++) w[j] = kvc_bf16_to_f32(weight[4 * l + j]);
+    float v[KVC_SEG][4], s[KVC_SEG][4];
+    long ro[KVC_SEG];
+#define KVC_CL_IDX_LOAD(k_)                                                 \
+    do {                                                                    \
+        for (int i = 0; i < KVC_SEG; i++) ro[i] = rowoff[KVC_SEG * (k_) + i]; \
+        idx_load(state, ro, sdelta, rows, l, bf16, vec, v, s);              \
+    } while (0)
+    if (g < nlive) KVC_CL_IDX_LOAD(s_live[g]);
+    for (int r0 = 0; r0 < nlive; r0 += KVC_CL_IDX_SLOTS) { /* (the same count in every work-item) */
+        const int on = r0 + g < nlive, k = on ? s_live[r0 + g] : 0;
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (on) {
+            if (l >= 16)
+                for (int t = 0; t < 2; t++)
+                    kvc_cos_sin(cos_sin + s_pc[k] * sh.cos_sin_stride, il, 2 * (l - 16) + t, &cs[2 * t],
+                                &cs[2 * t + 1]);
+            if (sh.score_bias_stride)
+                for (int i = 0; i < KVC_SEG; i++) {
+                    const long b = i < rows ? boff[KVC_SEG * k + i] : -1;
+                    if (b >= 0)
+                        for (int j = 0; j < 4; j++) s[i][j] = KVC_ADD(s[i][j], bias[b + 4 * l + j]);
+                }
+            for (int j = 0; j < 4; j++) {
+                float m = s[0][j], den = 0.0f, num = 0.0f;
+                for (int i = 1; i < KVC_SEG; i++)
+                    if (i < rows) m = kvc_max(m, s[i][j]);
+                for (int i = 0; i < KVC_SEG; i++)
+                    if (i < rows) kvc_seg_step(m, s[i][j], v[i][j], &den, &num);
+                kvc_seg_close(m, &den, &num);
+                c[j] = KVC_DIV(num, den);
+            }
+        }
+        if (r0 + KVC_CL_IDX_SLOTS + g < nlive) /* in flight while this round finalises */
+            KVC_CL_IDX_LOAD(s_live[r0 + KVC_CL_IDX_SLOTS + g]);
+        /* RMSNorm over 128: levels 1, 2 in the work-item, 3 .. 7 from the slot's 32 partial sums */
+        int bad = 0;
+        float y[4];
+        for (int j = 0; j < 4; j++) {
+            bad |= kvc_nonfinite(c[j]);
+            y[j] = KVC_MUL(c[j], c[j]);
+        }
+        sq[g][l] = KVC_ADD(KVC_ADD(y[0], y[1]), KVC_ADD(y[2], y[3]));
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(idx_sum32(sq[g]), KVC_INV128), sh.rms_norm_eps)));
+        for (int j = 0; j < 4; j++) {
+            y[j] = kvc_rms_apply(c[j], rr, w[j]);
+            bad |= kvc_nonfinite(y[j]);
+        }
+        if (l >= 16) /* RoPE on dims 64 .. 127: pairs (4l, 4l + 1), (4l + 2, 4l + 3) */
+            for (int t = 0; t < 2; t++) {
+                float uo, wo;
+                kvc_rope(y[2 * t], y[2 * t + 1], cs[2 * t], cs[2 * t + 1], &uo, &wo);
+                y[2 * t] = uo;
+                y[2 * t + 1] = wo;
+            }
+        if (sh.rotate) { /* Walsh-Hadamard: h = 1, 2 in the work-item, 4 .. 64 across the slot */
+            for (int h = 1; h < 4; h <<= 1)
+                for (int j = 0; j < 4; j++)
+                    if (!(j & h)) {
+                        const float a = y[j], b = y[j + h];
+                        y[j] = KVC_ADD(a, b);
+                        y[j + h] = KVC_SUB(a, b);
+                    }
+            for (int m = 1, buf = 0; m < 32; m <<= 1, buf ^= 1) {
+                for (int j = 0; j < 4; j++) rot[buf][g][4 * l + j] = y[j];
+                barrier(CLK_LOCAL_MEM_FENCE);
+                for (int j = 0; j < 4; j++) {
+                    const float b = rot[buf][g][4 * (l ^ m) + j];
+                    y[j] = (l & m) ? KVC_SUB(b, y[j]) : KVC_ADD(y[j], b);
+                }
+            }
+            for (int j = 0; j < 4; j++) y[j] = KVC_MUL(y[j], KVC_INV_SQRT128);
+        }
+        float amax = 0.0f;
+        for (int j = 0; j < 4; j++) {
+            bad |= kvc_nonfinite(y[j]);
+            const ushort h = kvc_bf16_bits(y[j]);
+            bad |= kvc_bf16_nonfinite(h);
+            y[j] = kvc_bf16_to_f32(h);
+            amax = kvc_max(amax, y[j] < 0.0f ? -y[j] : y[j]);
+        }
+        am[g][l] = amax;
+        bd[g][l] = bad;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int mx = fmt == KVC_FMT_MXFP4, lo = mx ? l & ~7 : 0, hi = mx ? lo + 8 : 32;
+        for (int i = 0; i < 32; i++) bad |= bd[g][i];
+        for (int i = lo; i < hi; i++) amax = kvc_max(amax, am[g][i]);
+        if (!on) continue;
+        __global uchar *payload = kv + s_po[k], *scales = kv + s_so[k];
+        if (!mx) {
+            const int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_AMAX_FLOOR), KVC_FP8_MAX));
+            const float inv = kvc_pow2(-e);
+            for (int j = 0; j < 4; j++) {
+                float x = KVC_MUL(y[j], inv);
+                x = x > KVC_FP8_MAX ? KVC_FP8_MAX : x;
+                x = x < -KVC_FP8_MAX ? -KVC_FP8_MAX : x;
+                payload[4 * l + j] = bad ? (uchar)0 : kvc_e4m3_code(x);
+            }
+            const uint sb = bad ? 0x7FC00000u : KVC_BITS(kvc_pow2(e)); /* a quiet NaN for a non-finite slot */
+            if (l < 4) scales[l] = (uchar)(sb >> (8 * l));
+        } else {
+            int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_MX_AMAX_FLOOR), 6.0f));
+            e = e < -127 ? -127 : e > 127 ? 127 : e;
+            const float inv = kvc_pow2(-e);
+            for (int t = 0; t < 2; t++)
+                payload[2 * l + t] =
+                    bad ? (uchar)0
+                        : (uchar)(kvc_e2m1_code(KVC_MUL(y[2 * t], inv)) | (kvc_e2m1_code(KVC_MUL(y[2 * t + 1], inv)) << 4));
+            if ((l & 7) == 0) scales[l >> 3] = bad ? (uchar)0xFF : (uchar)(e + 127);
+        }
+        if (l == 0 && bad) atomic_inc(&s_nonfinite);
+    }
+#undef KVC_CL_IDX_LOAD
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (q == 0 && nlive) atomic_add(&st->written, nlive);
+    if (q == 0 && s_nonfinite) atomic_add(&st->nonfinite, s_nonfinite);
+}
