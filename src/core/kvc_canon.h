@@ -449,6 +449,29 @@ KVC_FN kvc_u8 kvc_e2m1_code(float v) {
     return (kvc_u8)(((u >> 28) & 8u) | (kvc_u32)code);
 }
 
+/** INDEXER_FP8's exponent e of a slot whose largest magnitude is amax: the
+ * smallest with 2^e >= max(amax, 1e-4) / 448. */
+KVC_FN int kvc_ifp8_exponent(float amax) {
+    return kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_AMAX_FLOOR), KVC_FP8_MAX));
+}
+
+/** INDEXER_FP8's code of value z with inv = 2^-e: z x inv saturated to
+ * +-448, as e4m3. */
+KVC_FN kvc_u8 kvc_ifp8_code(float z, float inv) {
+    float v = KVC_MUL(z, inv);
+    v = v > KVC_FP8_MAX ? KVC_FP8_MAX : v;
+    v = v < -KVC_FP8_MAX ? -KVC_FP8_MAX : v;
+    return kvc_e4m3_code(v);
+}
+
+/** INDEXER_MXFP4's exponent of a block of 32 whose largest magnitude is
+ * amax: the smallest e with 2^e >= max(amax, 6 x 2^-126) / 6, in
+ * [-127, 127]. */
+KVC_FN int kvc_mx_exponent(float amax) {
+    const int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_MX_AMAX_FLOOR), 6.0f));
+    return e < -127 ? -127 : e > 127 ? 127 : e;
+}
+
 /** x <- H x / sqrt(128): the Sylvester-ordered Walsh-Hadamard butterflies
  * (h = 1, 2, ..., 64; the pairs (i, i + h) with bit h of i clear, which
  * are independent within a stage, walked block by block), then every value
@@ -525,14 +548,9 @@ KVC_FN int kvc_finalize_indexer(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH 
             return 1;
         }
         const float amax = kvc_amax(x, 128);
-        const int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_AMAX_FLOOR), KVC_FP8_MAX));
+        const int e = kvc_ifp8_exponent(amax);
         const float inv = kvc_pow2(-e);
-        for (int d = 0; d < 128; d++) {
-            float v = KVC_MUL(x[d], inv);
-            v = v > KVC_FP8_MAX ? KVC_FP8_MAX : v;
-            v = v < -KVC_FP8_MAX ? -KVC_FP8_MAX : v;
-            payload[d] = kvc_e4m3_code(v);
-        }
+        for (int d = 0; d < 128; d++) payload[d] = kvc_ifp8_code(x[d], inv);
         const kvc_u32 sb = KVC_BITS(kvc_pow2(e));
         for (int k = 0; k < 4; k++) scale[k] = (kvc_u8)(sb >> (8 * k));
         return 0;
@@ -544,8 +562,7 @@ KVC_FN int kvc_finalize_indexer(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH 
     }
     for (int b = 0; b < 4; b++) {
         const float amax = kvc_amax(x + 32 * b, 32);
-        int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_MX_AMAX_FLOOR), 6.0f));
-        e = e < -127 ? -127 : e > 127 ? 127 : e;
+        const int e = kvc_mx_exponent(amax);
         const float inv = kvc_pow2(-e);
         for (int k = 16 * b; k < 16 * b + 16; k++)
             payload[k] = (kvc_u8)(kvc_e2m1_code(KVC_MUL(x[2 * k], inv)) | (kvc_e2m1_code(KVC_MUL(x[2 * k + 1], inv)) << 4));

@@ -347,10 +347,9 @@ KVC_GEN_FN int kvc_gen_finalize(const kvc_shape *sh, const float *c, int t, int 
         if (D == 512) {
             e[r] = kvc_group_exponent(amax[r], fmt == KVC_FMT_FP8);
         } else if (!mx) {
-            e[r] = kvc_ceil_log2(KVC_DIV(kvc_max(amax[r], KVC_AMAX_FLOOR), KVC_FP8_MAX));
+            e[r] = kvc_ifp8_exponent(amax[r]);
         } else {
-            const int u = kvc_ceil_log2(KVC_DIV(kvc_max(amax[r], KVC_MX_AMAX_FLOOR), 6.0f));
-            e[r] = u < -127 ? -127 : u > 127 ? 127 : u;
+            e[r] = kvc_mx_exponent(amax[r]);
             sc->code[d] = kvc_e2m1_code(KVC_MUL(z[r], kvc_pow2(-e[r])));
             if (d % 32 == 0) sc->ex[d / 32] = e[r];
         }
@@ -371,10 +370,7 @@ KVC_GEN_FN int kvc_gen_finalize(const kvc_shape *sh, const float *c, int t, int 
             }
             if (d == 0) scales[7] = 0;
         } else if (!mx) {
-            float v = KVC_MUL(z[r], kvc_pow2(-e[r]));
-            v = v > KVC_FP8_MAX ? KVC_FP8_MAX : v;
-            v = v < -KVC_FP8_MAX ? -KVC_FP8_MAX : v;
-            payload[d] = bad ? (kvc_u8)0 : kvc_e4m3_code(v);
+            payload[d] = bad ? (kvc_u8)0 : kvc_ifp8_code(z[r], kvc_pow2(-e[r]));
             const kvc_u32 sb = bad ? 0x7FC00000u : KVC_BITS(kvc_pow2(e[r])); /* a quiet NaN for a non-finite slot */
             if (d < 4) scales[d] = (kvc_u8)(sb >> (8 * d));
         } else {

@@ -252,7 +252,7 @@ AVX512 int kvc_cpu_finalize_indexer_avx512(const float *c, float *y, const uint1
             scale[0] = 0x00, scale[1] = 0x00, scale[2] = 0xC0, scale[3] = 0x7F; /* quiet NaN */
             return 1;
         }
-        const int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax16(z, 8), KVC_AMAX_FLOOR), KVC_FP8_MAX));
+        const int e = kvc_ifp8_exponent(amax16(z, 8));
         const float inv = kvc_pow2(-e);
         for (int k = 0; k < 8; k++)
             _mm_storeu_si128((__m128i *)(void *)(payload + 16 * k), nope_codes16(z[k], inv, 1));
@@ -266,8 +266,7 @@ AVX512 int kvc_cpu_finalize_indexer_avx512(const float *c, float *y, const uint1
         return 1;
     }
     for (int b = 0; b < 4; b++) { /* blocks of 32 dims: vectors 2b, 2b + 1 */
-        int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax16(z + 2 * b, 2), KVC_MX_AMAX_FLOOR), 6.0f));
-        e = e < -127 ? -127 : e > 127 ? 127 : e;
+        const int e = kvc_mx_exponent(amax16(z + 2 * b, 2));
         const __m512 inv = _mm512_set1_ps(kvc_pow2(-e));
         const __m512i lo = e2m1_code16(_mm512_mul_ps(z[2 * b], inv)), hi = e2m1_code16(_mm512_mul_ps(z[2 * b + 1], inv));
         const __m512i ev = _mm512_permutex2var_epi32(lo, even, hi), od = _mm512_permutex2var_epi32(lo, odd, hi);

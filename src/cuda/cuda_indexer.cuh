@@ -135,16 +135,11 @@ __device__ int idx_finalize(const kvc_args &a, const float c[4], const float w[4
     if (a.nope_format == KVC_FMT_IFP8) {
 #pragma unroll
         for (int m = 1; m < 32; m <<= 1) amax = kvc_max(amax, __shfl_xor_sync(IDX_FULL, amax, m));
-        const int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_AMAX_FLOOR), KVC_FP8_MAX));
+        const int e = kvc_ifp8_exponent(amax);
         const float inv = kvc_pow2(-e);
         uint32_t wd = 0;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float v = KVC_MUL(x[j], inv);
-            v = v > KVC_FP8_MAX ? KVC_FP8_MAX : v;
-            v = v < -KVC_FP8_MAX ? -KVC_FP8_MAX : v;
-            wd |= (uint32_t)kvc_e4m3_code(v) << (8 * j);
-        }
+        for (int j = 0; j < 4; j++) wd |= (uint32_t)kvc_ifp8_code(x[j], inv) << (8 * j);
         if (bad) wd = 0;
         const uint32_t sb = bad ? 0x7FC00000u : KVC_BITS(kvc_pow2(e)); /* a quiet NaN for a non-finite slot */
         if (((uintptr_t)payload & 3) == 0) {
@@ -157,8 +152,7 @@ __device__ int idx_finalize(const kvc_args &a, const float c[4], const float w[4
     } else { /* INDEXER_MXFP4: blocks of 32 dims = 8 lanes */
 #pragma unroll
         for (int m = 1; m < 8; m <<= 1) amax = kvc_max(amax, __shfl_xor_sync(IDX_FULL, amax, m));
-        int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_MX_AMAX_FLOOR), 6.0f));
-        e = e < -127 ? -127 : e > 127 ? 127 : e;
+        const int e = kvc_mx_exponent(amax);
         const float inv = kvc_pow2(-e);
         uint8_t b[2];
 #pragma unroll

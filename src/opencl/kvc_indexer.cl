@@ -224,19 +224,13 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         if (!on) continue;
         __global uchar *payload = kv + s_po[k], *scales = kv + s_so[k];
         if (!mx) {
-            const int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_AMAX_FLOOR), KVC_FP8_MAX));
+            const int e = kvc_ifp8_exponent(amax);
             const float inv = kvc_pow2(-e);
-            for (int j = 0; j < 4; j++) {
-                float x = KVC_MUL(y[j], inv);
-                x = x > KVC_FP8_MAX ? KVC_FP8_MAX : x;
-                x = x < -KVC_FP8_MAX ? -KVC_FP8_MAX : x;
-                payload[4 * l + j] = bad ? (uchar)0 : kvc_e4m3_code(x);
-            }
+            for (int j = 0; j < 4; j++) payload[4 * l + j] = bad ? (uchar)0 : kvc_ifp8_code(y[j], inv);
             const uint sb = bad ? 0x7FC00000u : KVC_BITS(kvc_pow2(e)); /* a quiet NaN for a non-finite slot */
             if (l < 4) scales[l] = (uchar)(sb >> (8 * l));
         } else {
-            int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_MX_AMAX_FLOOR), 6.0f));
-            e = e < -127 ? -127 : e > 127 ? 127 : e;
+            const int e = kvc_mx_exponent(amax);
             const float inv = kvc_pow2(-e);
             for (int t = 0; t < 2; t++)
                 payload[2 * l + t] =
