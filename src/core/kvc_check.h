@@ -373,10 +373,11 @@ KVC_FN void kvc_resolve_strides(kvc_args *a) {
 /** Bytes of one state_cache element: 4 (float32) or 2 (bf16). */
 KVC_FN kvc_i64 kvc_state_elem_bytes(const kvc_args *a) { return a->state_dtype == KVC_STATE_BFLOAT16 ? 2 : 4; }
 
-/** 1 where an OpenCL call needs what only its general kernel has (SPEC 9,
- * 10): head width 128, a bf16 state or a score bias.  (CUDA's tuned
- * kernels take the last two where they take the window: cuda_backend.cu's
- * plan_set.) */
+/** 1 where an OpenCL call needs what only its general and indexer kernels
+ * have (SPEC 9, 10): head width 128, a bf16 state or a score bias (the
+ * indexer kernel takes head width 128 with windows of one segment).
+ * (CUDA's tuned kernels take the last two where they take the window:
+ * cuda_backend.cu's plan_set.) */
 KVC_FN int kvc_needs_general(const kvc_args *a) {
     return a->head_dim != KVC_HEAD_DIM || a->state_dtype != KVC_STATE_FLOAT32 || a->score_bias != 0;
 }

@@ -445,26 +445,36 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     if (a->num_outputs == 0) return zero_status(q, status, keep);
     const kvc_shape sh = kvc_shape_of(a);
     cl_mem bufs[13];
-    if (a->head_dim == 128 && kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON) <= KVC_SEG) {
-        /* kvc_indexer.cl: K outputs a group of 256 (kvc_compress_small's policy), 8 at once */
-        if ((st = zero_status(q, status, keep)) != KVC_OK) return st;
-        /* (the workspace arguments are unused: any buffers) */
-        if ((st = grow(ent->ctx, &ws->states, &ws->states_bytes, 16, "chunk-state")) != KVC_OK ||
+    /* the CUDA backend's chunk policy: about one wave of work-groups,
+     * chunks of >= 4 segments (<= 128), <= 8 chunks per output where the
+     * window allows (several waves of shorter chunks were slower on the
+     * H200).  One-segment windows: K outputs per group (kvc_compress_small,
+     * kvc_compress_indexer), K <= KVC_OPENCL_SMALL_K, whole waves of
+     * KVC_OPENCL_SMALL_SLOTS groups per compute unit. */
+    const long long slots = (long long)KVC_OPENCL_SMALL_SLOTS * ent->units;
+    const kvc_plan_policy pol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH, slots, KVC_OPENCL_SMALL_K,
+                                 0};
+    kvc_plan pl;
+    kvc_plan_make(a->num_outputs, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &pl);
+    pl.out_base = out_base;
+    pl.keep_status = keep;
+    /* head width 128 with windows of one segment: kvc_indexer.cl; else head
+     * width 128, a bf16 state or a score bias: the general kernel.  Both
+     * take the status word zeroed by a fill and no workspace (any buffers) */
+    const int indexer = a->head_dim == 128 && pl.nseg == 1, general = !indexer && kvc_needs_general(a);
+    if (indexer || general) {
+        if ((st = zero_status(q, status, keep)) != KVC_OK ||
+            (st = grow(ent->ctx, &ws->states, &ws->states_bytes, 16, "chunk-state")) != KVC_OK ||
             (st = grow(ent->ctx, &ws->tickets, &ws->tickets_bytes, 16, "ticket")) != KVC_OK)
             return st;
         call_bufs(a, status, ws->states, ws->tickets, bufs);
-        const kvc_plan_policy pol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH,
-                                     (long long)KVC_OPENCL_SMALL_SLOTS * ent->units, KVC_OPENCL_SMALL_K, 0};
-        kvc_plan pl;
-        kvc_plan_make(a->num_outputs, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &pl);
-        pl.out_base = out_base;
-        pl.keep_status = keep;
+    }
+    if (indexer) { /* K outputs a group of 256, 8 at once */
         /* 16-byte (bf16: 8-byte) row loads: buffers start aligned, every row offset a multiple of 4 elements */
         pl.vec = a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0;
         return enqueue(q, ent->k[K_INDEXER], &sh, &pl, bufs, 13, pl.groups, 256);
     }
-    if (kvc_needs_general(a)) { /* kvc_general.h: one group of head_dim work-items per output */
-        if ((st = zero_status(q, status, keep)) != KVC_OK) return st;
+    if (general) { /* kvc_general.h */
         /* 128 work-items an output at head width 128 (up to KVC_GEN_K_MAX
          * outputs a group, as the device's work-groups allow), 256 of 2
          * dimensions at 512 */
@@ -475,32 +485,14 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
             return kvc_fail(KVC_ERROR_BACKEND_UNAVAILABLE, "OpenCL device: work-groups of at most %zu work-items "
                             "for the general kernel, head_dim = %lld needs %lld (head width 128 or a bf16 state "
                             "or score bias at 512)", ent->general_wg, (long long)a->head_dim, per);
-        /* (the workspace arguments are unused: any buffers) */
-        if ((st = grow(ent->ctx, &ws->states, &ws->states_bytes, 16, "chunk-state")) != KVC_OK ||
-            (st = grow(ent->ctx, &ws->tickets, &ws->tickets_bytes, 16, "ticket")) != KVC_OK)
-            return st;
-        call_bufs(a, status, ws->states, ws->tickets, bufs);
-        kvc_plan pl = {0};
-        pl.out_base = out_base;
-        pl.keep_status = keep;
-        pl.small_k = k; /* outputs per group */
-        pl.groups = (a->num_outputs + k - 1) / k;
-        return enqueue(q, ent->k[K_GENERAL], &sh, &pl, bufs, 13, pl.groups, (size_t)(k * per));
+        kvc_plan gp = {0};
+        gp.out_base = out_base;
+        gp.keep_status = keep;
+        gp.small_k = k; /* outputs per group */
+        gp.groups = (a->num_outputs + k - 1) / k;
+        return enqueue(q, ent->k[K_GENERAL], &sh, &gp, bufs, 13, gp.groups, (size_t)(k * per));
     }
 
-    /* the CUDA backend's chunk policy: about one wave of work-groups,
-     * chunks of >= 4 segments (<= 128), <= 8 chunks per output where the
-     * window allows (several waves of shorter chunks were slower on the
-     * H200).  One-segment windows: always kvc_compress_small, K outputs per
-     * group, K <= KVC_OPENCL_SMALL_K, whole waves of KVC_OPENCL_SMALL_SLOTS
-     * groups per compute unit. */
-    const long long slots = (long long)KVC_OPENCL_SMALL_SLOTS * ent->units;
-    const kvc_plan_policy pol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH, slots, KVC_OPENCL_SMALL_K,
-                                 0};
-    kvc_plan pl;
-    kvc_plan_make(a->num_outputs, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &pl);
-    pl.out_base = out_base;
-    pl.keep_status = keep;
     /* 8-byte loads: buffers start aligned (offset 0), so both strides even */
     pl.vec = a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0;
     /* the slice kernels (kvc_slice.cl) for C = 128 / 256 / 512 without
