@@ -324,7 +324,8 @@ KVC_FN void kvc_cos_sin(KVC_GLOBAL const float *cs, int interleaved, int j, floa
     *s = interleaved ? cs[2 * j + 1] : cs[32 + j];
 }
 
-/** A NOPE dim's normalised value y rounded to bf16 (*z).  @return 1 if non-finite. */
+/** A normalised value y (a NOPE dim's, an indexer key's) rounded to bf16
+ * (*z).  @return 1 if the bf16 value is non-finite. */
 KVC_FN int kvc_nope_bf16(float y, float *z) {
     const kvc_u16 h = kvc_bf16_bits(y);
     *z = kvc_bf16_to_f32(h);
@@ -536,10 +537,10 @@ KVC_FN int kvc_finalize_indexer(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH 
     }
     if (rotate) kvc_hadamard128(x);
     for (int d = 0; d < 128; d++) {
+        float z;
         bad |= kvc_nonfinite(x[d]);
-        const kvc_u16 h = kvc_bf16_bits(x[d]);
-        bad |= kvc_bf16_nonfinite(h);
-        x[d] = kvc_bf16_to_f32(h);
+        bad |= kvc_nope_bf16(x[d], &z);
+        x[d] = z;
     }
     if (fmt == KVC_FMT_IFP8) {
         if (bad) {

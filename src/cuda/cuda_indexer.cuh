@@ -123,9 +123,7 @@ __device__ int idx_finalize(const kvc_args &a, const float c[4], const float w[4
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         bad |= kvc_nonfinite(x[j]);
-        const kvc_u16 h = kvc_bf16_bits(x[j]);
-        bad |= kvc_bf16_nonfinite(h);
-        x[j] = kvc_bf16_to_f32(h);
+        bad |= kvc_nope_bf16(x[j], &x[j]);
         amax = kvc_max(amax, x[j] < 0.0f ? -x[j] : x[j]);
     }
     bad = __any_sync(IDX_FULL, bad);

@@ -210,9 +210,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         float amax = 0.0f;
         for (int j = 0; j < 4; j++) {
             bad |= kvc_nonfinite(y[j]);
-            const ushort h = kvc_bf16_bits(y[j]);
-            bad |= kvc_bf16_nonfinite(h);
-            y[j] = kvc_bf16_to_f32(h);
+            bad |= kvc_nope_bf16(y[j], &y[j]);
             amax = kvc_max(amax, y[j] < 0.0f ? -y[j] : y[j]);
         }
         am[g][l] = amax;
