@@ -359,9 +359,9 @@ KVC_API kvc_status kvc_compress(const kvc_args *args, const kvc_exec *exec,
  * kvc_compress_many() -- n argument sets in one call, e.g. the two
  * compressors of a DeepSeek-V4 CSA layer (the main one and the indexer's):
  * the same bytes as n kvc_compress() calls, on one backend and stream.  On
- * CUDA, sets of one-segment windows (C4 with overlap, C <= 8) whose outputs
- * fill at most one wave of the GPU run as one kernel launch -- a decode
- * step's pair -- and other sets one launch after another; every call is
+ * CUDA, sets of one-segment windows (C4 with overlap, C <= 8) of one
+ * numerics mode and state dtype run as one kernel launch -- a decode step's
+ * pair -- and other sets one launch after another; every call is
  * graph-capturable.
  *
  * @param args    n argument sets, each validated as kvc_compress() does; a

@@ -85,6 +85,14 @@ struct launch_params {
     int fast;                   /* vec and no overlap: straight-line full segments */
 };
 
+/* kvc_compress_many's sets in one launch: set s takes CTAs end[s - 1] ..
+ * end[s] - 1 (cuda_kernels.cuh's segment1_many_kernel). */
+struct many_params {
+    launch_params p[KVC_MANY_MAX];
+    unsigned end[KVC_MANY_MAX];
+};
+static_assert(sizeof(many_params) <= 32764, "kernel parameters");
+
 /* The device code, once per dims-per-thread and numerics mode (cuda_kernels.cuh). */
 namespace kvc_cuda_d1 {
 #define DPT 1
@@ -155,23 +163,7 @@ __global__ void __launch_bounds__(512) general_kernel(const launch_params P) {
     general_body(P, blockIdx.x, scs);
 }
 
-/* The general body's outputs per CTA of 512 threads for set a. */
-static long long gen_per_cta(const kvc_args *a) { return a->head_dim == 128 ? KVC_GEN_K_MAX : 1; }
 
-/* kvc_compress_many's sets of one-segment windows (a CSA layer's main and
- * indexer compressors in decode) as one launch of the general body: set s
- * takes CTAs end[s - 1] .. end[s] - 1. */
-struct many_params {
-    launch_params p[KVC_MANY_MAX];
-    unsigned end[KVC_MANY_MAX];
-};
-static_assert(sizeof(many_params) <= 32764, "kernel parameters");
-__global__ void __launch_bounds__(512) general_many_kernel(const many_params M) {
-    __shared__ kvc_gen_scratch scs[KVC_GEN_K_MAX];
-    int s = 0;
-    while (blockIdx.x >= M.end[s]) s++;
-    general_body(M.p[s], blockIdx.x - (s ? M.end[s - 1] : 0), scs);
-}
 
 /* Every kernel this backend launches, one entry each: the reachable
  * (kernel, numerics, dims per thread, body) combinations and nothing else.
@@ -201,6 +193,10 @@ static const kernel_fn kSmallKernels[2][2] = {
     {kvc_cuda_d2::compress_small_kernel<false>, kvc_cuda_d2::compress_small_kernel<true>},
     {kvc_cuda_d2f::compress_small_kernel<false>, kvc_cuda_d2f::compress_small_kernel<true>}};
 /* [fast][bf16] */
+typedef void (*many_fn)(const many_params);
+static const many_fn kManyKernels[2][2] = {
+    {kvc_cuda_d2::segment1_many_kernel<false>, kvc_cuda_d2::segment1_many_kernel<true>},
+    {kvc_cuda_d2f::segment1_many_kernel<false>, kvc_cuda_d2f::segment1_many_kernel<true>}};
 static const kernel_fn kIndexerKernels[2][2] = {
     {kvc_cuda_d2::indexer_kernel<false>, kvc_cuda_d2::indexer_kernel<true>},
     {kvc_cuda_d2f::indexer_kernel<false>, kvc_cuda_d2f::indexer_kernel<true>}};
@@ -528,13 +524,11 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     int slice = !general && bias_pairs && kvc_plan_slice(a, &P.pl, (uintptr_t)a->state_cache % (2 * esz) == 0);
     if (!general && !slice && !P.pl.small_k && (bf16 || a->score_bias)) general = 1;
     sp->indexer = general && a->head_dim == 128 && P.pl.nseg == 1;
-    if (sp->indexer) { /* a warp per output, up to kIdxOpw a warp, for about one wave of warps */
-        const long long warps = (long long)ks::kIdxMinb * ks::kIdxWarps * sm_count(dev);
-        long long opw = (nout + warps - 1) / warps;
-        opw = opw < 1 ? 1 : opw > ks::kIdxOpw ? ks::kIdxOpw : opw;
+    if (sp->indexer) { /* a warp per output, K outputs a CTA for whole waves */
+        const kvc_plan_policy ipol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, KVC_CUDA_MAX_CH,
+                                      (long long)ks::kIdxMinb * sm_count(dev), ks::kIdxK, 0};
+        kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &ipol, &P.pl);
         general = 0;
-        P.pl.small_k = opw;
-        P.pl.groups = (nout + opw * ks::kIdxWarps - 1) / (opw * ks::kIdxWarps);
         /* 16-byte (bf16: 8-byte) row loads: every row offset a multiple of 4 elements */
         P.pl.vec = (uintptr_t)a->state_cache % (4 * esz) == 0 && a->state_stride_block % 4 == 0 &&
                    a->state_stride_token % 4 == 0;
@@ -623,7 +617,7 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
     if (general) {
         if (nout > 0x7FFFFFFFLL)
             return kvc_fail(KVC_ERROR_BAD_SHAPE, "num_outputs = %lld exceeds the CUDA grid", nout);
-        P.pl.small_k = gen_per_cta(a);
+        P.pl.small_k = a->head_dim == 128 ? KVC_GEN_K_MAX : 1; /* outputs per CTA of 512 threads */
         const long long ctas = (nout + P.pl.small_k - 1) / P.pl.small_k;
         general_kernel<<<(unsigned)ctas, (unsigned)(P.pl.small_k * a->head_dim), 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
@@ -685,23 +679,20 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
      * status word stays where the first set zeroes it) */
     set_plan sp[KVC_MANY_MAX];
     size_t gen_need = 0, slice_need = 0;
-    long long total = 0;
-    /* several sets, all of one-segment windows (decode's C4), in one wave
-     * of the general body's CTAs: one launch (measured on the H100, main +
-     * indexer in CUDA graphs: 0.6x two calls' time up to 64 requests,
-     * slower from 256, where the one-segment kernel does the main set
-     * faster than the general body) */
+    /* several sets, all of one-segment windows (decode's C4: a CSA layer's
+     * main and indexer compressors), one numerics and state dtype: one
+     * launch of their kernels' bodies (segment1_many_kernel) */
     int fuse = n > 1;
     long long fused_ctas = 0;
     for (int s = 0; s < n; s++) {
         plan_set(&sets[s], dev, &sp[s]);
         gen_need = sp[s].gen_need > gen_need ? sp[s].gen_need : gen_need;
         slice_need = sp[s].slice_need > slice_need ? sp[s].slice_need : slice_need;
-        fuse &= sp[s].P.pl.nseg == 1;
-        total += sets[s].num_outputs;
-        fused_ctas += (sets[s].num_outputs + gen_per_cta(&sets[s]) - 1) / gen_per_cta(&sets[s]);
+        fuse &= sp[s].P.pl.small_k > 0 && sets[s].numerics == sets[0].numerics &&
+                sets[s].state_dtype == sets[0].state_dtype;
+        fused_ctas += sp[s].P.pl.groups;
     }
-    fuse &= total <= 0x7FFFFFFFLL && fused_ctas <= sm_count(dev);
+    fuse &= fused_ctas <= 0x7FFFFFFFLL;
     const size_t st_bytes = kStatusBytes;
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_acquire_locked(dev, stream, 1);
@@ -767,7 +758,7 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
         ws->slice_cap = sl;
     }
     long long base = 0;
-    if (fuse) { /* one launch of the general body for every set */
+    if (fuse) { /* one launch for every set */
         many_params M; /* (kernel parameters of over 4 KB: CUDA 12.1 on sm_70 and later) */
         unsigned ctas = 0;
         for (int s = 0; s < n; s++) {
@@ -775,15 +766,15 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
             launch_params &P = M.p[s];
             P.status = e->device_status ? e->device_status : (kvc_device_status *)ws->buf;
             P.pl.out_base = base;
-            P.pl.small_k = gen_per_cta(&P.a);
-            ctas += (unsigned)((P.a.num_outputs + P.pl.small_k - 1) / P.pl.small_k);
+            ctas += (unsigned)P.pl.groups;
             M.end[s] = ctas;
             base += P.a.num_outputs;
         }
         const size_t zb = e->device_status ? sizeof(kvc_device_status) : st_bytes;
         if ((err = cudaMemsetAsync(M.p[0].status, 0, zb, stream)) != cudaSuccess)
             return cuda_fail(err, "cudaMemsetAsync(status)");
-        if (ctas) general_many_kernel<<<ctas, 512, 0, stream>>>(M);
+        const int fastnum = sets[0].numerics == KVC_NUMERICS_FAST, bf16 = sets[0].state_dtype == KVC_STATE_BFLOAT16;
+        kManyKernels[fastnum][bf16]<<<ctas, ks::kDG, 0, stream>>>(M);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }

@@ -5,27 +5,30 @@
  * 16-byte load per row and half (8 bytes for a bf16 state), the reduction
  * in registers, every exchange of the finaliser a shuffle, no barrier.
  *
- * A CTA of IDX_WARPS warps; warp w takes P.pl.small_k <= IDX_OPW
- * consecutive outputs: their index checks at once (lane k: output k), then
- * their rows at once (lane 8k + i: row i of output k, its block checked),
- * then it reduces and finalises them in turn, the next output's loads in
- * flight during the current one's finalisation.  Same bytes as the general
- * body (kvc_general.h) and the CPU's kvc_finalize_indexer.
+ * A CTA of IDX_WARPS warps takes K = P.pl.small_k <= IDX_K consecutive
+ * outputs (K sized for whole waves, as the one-segment kernel's): their
+ * index checks at once (thread k: output k), then their 8 K rows (a thread
+ * a row, each row's block checked); then warp w reduces and finalises
+ * outputs w, w + IDX_WARPS, ... in turn, the next one's loads in flight
+ * during the current one's finalisation.  Same bytes as the general body
+ * (kvc_general.h) and the CPU's kvc_finalize_indexer.
  *
  * Included by cuda_kernels.cuh for DPT = 2 (namespaces kvc_cuda_d2 and
  * kvc_cuda_d2f: FASTNUM 0 / 1).
  */
 #define IDX_WARPS 8
-#define IDX_OPW 4  /* outputs per warp at most: 8 rows each, a lane per row */
+#define IDX_K 96   /* outputs per CTA at most */
 #define IDX_MINB 2 /* resident CTAs per SM asked of the compiler: 128 registers (a window is 64 floats a lane) */
 #define IDX_FULL 0xFFFFFFFFu
 
-/* A warp's outputs: row offsets (lane 8k + i: output k's row i; -1 masked
- * or unused), their score bias rows, the outputs' slots and cos/sin rows. */
-struct idx_warp {
-    long long voff[32], boff[32];
-    kv_slot at[IDX_OPW];
-    long long pc[IDX_OPW];
+/* The CTA's outputs: row offsets (8k + i: output k's row i; -1 masked or
+ * unused) and their score bias rows, the outputs' checks, slots and
+ * cos/sin rows. */
+struct idx_cta {
+    long long voff[IDX_K * KVC_SEG], boff[IDX_K * KVC_SEG];
+    kv_slot at[IDX_K];
+    long long pc[IDX_K], r[IDX_K], p[IDX_K], badg[IDX_K];
+    int ok[IDX_K], bad[IDX_K];
 };
 
 /* A window's rows for lane `lane`: 4 values and 4 scores a row (masked: 0
@@ -55,7 +58,7 @@ __device__ __forceinline__ void idx_load4(const float *state, long long off, int
 }
 
 template <bool BF16>
-__device__ __forceinline__ void idx_load(const launch_params &P, const idx_warp &w, int k, int n, int lane,
+__device__ __forceinline__ void idx_load(const launch_params &P, const idx_cta &w, int k, int n, int lane,
                                          idx_rows &x) {
     const long long sd = kvc_score_delta(P.a.overlap == KVC_OVERLAP_ON, 128);
     const int vec = (int)P.pl.vec;
@@ -163,118 +166,112 @@ __device__ int idx_finalize(const kvc_args &a, const float c[4], const float w[4
 
 /* BF16: a bf16 state (SPEC 10); a score bias is added where P.a.score_bias is set. */
 template <bool BF16>
-__global__ void __launch_bounds__(IDX_WARPS * 32, IDX_MINB) indexer_kernel(const launch_params P) {
-    __shared__ idx_warp ws[IDX_WARPS];
+__device__ __forceinline__ void indexer_body(const launch_params &P, unsigned cta) {
+    __shared__ idx_cta w;
     __shared__ unsigned long long s_count[2]; /* the CTA's written, non-finite outputs */
     const kvc_args &a = P.a;
-    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5, opw = (int)P.pl.small_k;
-    idx_warp &w = ws[wi];
-    const long long o0 = ((long long)blockIdx.x * IDX_WARPS + wi) * opw;
-    const long long left = a.num_outputs - o0;
-    const int kn = left <= 0 ? 0 : left < opw ? (int)left : opw;
-    if (threadIdx.x < 2) s_count[threadIdx.x] = 0;
-    /* the outputs' checks: lane k, output k */
-    kvc_out_info inf;
-    inf.r = inf.p = inf.pc = inf.slot = 0;
-    int ok = 0;
-    if (lane < kn) {
-        const long long o = o0 + lane;
-        ok = !skip_output(P, kvc_check_output(&a, o, &inf, 0), o, inf, 1);
-        if (ok) {
-            w.at[lane] = slot_at(P, inf.slot);
-            w.pc[lane] = inf.pc;
-        }
+    const int q = threadIdx.x, lane = q & 31, wi = q >> 5;
+    const long long o0 = (long long)cta * P.pl.small_k;
+    const int kn = (int)(a.num_outputs - o0 < P.pl.small_k ? a.num_outputs - o0 : P.pl.small_k);
+    if (q < 2) s_count[q] = 0;
+    for (int k = q; k < kn; k += IDX_WARPS * 32) { /* the outputs' checks: thread k, output k */
+        kvc_out_info inf;
+        const long long o = o0 + k;
+        const int ok = !skip_output(P, kvc_check_output(&a, o, &inf, 0), o, inf, 1);
+        w.ok[k] = ok;
+        w.bad[k] = 0;
+        if (ok) w.at[k] = slot_at(P, inf.slot);
+        w.pc[k] = inf.pc;
+        w.r[k] = inf.r;
+        w.p[k] = inf.p;
     }
-    const unsigned okm = __ballot_sync(IDX_FULL, ok);
-    /* their rows: lane 8k + i, row i of output k */
-    const int k = lane >> 3, i = lane & 7, rows = (int)P.pl.rows, ovl = a.overlap == KVC_OVERLAP_ON;
-    const long long r = __shfl_sync(IDX_FULL, inf.r, k), p = __shfl_sync(IDX_FULL, inf.p, k);
-    long long voff = -1, boff = -1, blk = 0;
-    int badrow = 0;
-    if ((okm >> k & 1) && i < rows) {
+    __syncthreads();
+    /* their rows: a thread a row */
+    const int rows = (int)P.pl.rows, ovl = a.overlap == KVC_OVERLAP_ON;
+    for (int t = q; t < kn * KVC_SEG; t += IDX_WARPS * 32) {
+        const int k = t / KVC_SEG, i = t % KVC_SEG;
+        w.voff[t] = w.boff[t] = -1;
+        if (!w.ok[k] || i >= rows) continue;
         int vo, so;
-        const long long pos = kvc_window_row(p, a.compress_ratio, ovl, 128, i, &vo, &so);
-        if (pos >= 0) {
-            blk = a.block_table[r * a.block_table_stride + pos / a.block_size];
-            if (blk < 0 || blk >= a.num_blocks) {
-                badrow = 1;
-            } else {
-                voff = kvc_state_row_offset(&a, blk, pos) + vo;
-                if (a.score_bias) boff = kvc_bias_offset(pos, a.compress_ratio, a.score_bias_stride, so, ovl, 128);
-            }
+        const long long pos = kvc_window_row(w.p[k], a.compress_ratio, ovl, 128, i, &vo, &so);
+        if (pos < 0) continue; /* masked: value 0, score -Inf */
+        const long long blk = a.block_table[w.r[k] * a.block_table_stride + pos / a.block_size];
+        if (blk < 0 || blk >= a.num_blocks) {
+            if (atomicCAS(&w.bad[k], 0, 1) == 0) w.badg[k] = blk;
+            continue;
         }
+        w.voff[t] = kvc_state_row_offset(&a, blk, pos) + vo;
+        if (a.score_bias) w.boff[t] = kvc_bias_offset(pos, a.compress_ratio, a.score_bias_stride, so, ovl, 128);
     }
-    w.voff[lane] = voff;
-    w.boff[lane] = boff;
-    const unsigned badm = __ballot_sync(IDX_FULL, badrow);
     float wt[4], cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 4; j++) wt[j] = kvc_bf16_to_f32(a.rms_norm_weight[4 * lane + j]);
-    __syncthreads(); /* (s_count; w is the warp's own) */
-    /* an output with a bad row: the first such row's block, reported */
-    unsigned live = 0;
-    for (int kk = 0; kk < kn; kk++) {
-        if (!(okm >> kk & 1)) continue;
-        const unsigned bg = (badm >> (8 * kk)) & 0xFFu;
-        if (!bg) {
-            live |= 1u << kk;
-            continue;
+    __syncthreads();
+    /* warp wi's outputs wi, wi + IDX_WARPS, ...: the live ones (checked, no
+     * bad row; the others' errors reported) */
+    auto next_live = [&](int k) {
+        for (; k < kn; k += IDX_WARPS) {
+            if (!w.ok[k]) continue;
+            if (!w.bad[k]) return k;
+            if (lane == 0) {
+                record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o0 + k, w.badg[k]);
+                count(&P.status->outputs_invalid);
+            }
         }
-        const long long g = __shfl_sync(IDX_FULL, blk, 8 * kk + __ffs(bg) - 1);
-        if (lane == 0) {
-            record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o0 + kk, g);
-            count(&P.status->outputs_invalid);
-        }
-    }
+        return kn;
+    };
     int written = 0, nonfinite = 0;
     idx_rows x;
-    int kk = live ? __ffs(live) - 1 : kn;
-    if (kk < kn) idx_load<BF16>(P, w, kk, rows, lane, x);
-    while (kk < kn) {
+    int k = next_live(wi);
+    if (k < kn) idx_load<BF16>(P, w, k, rows, lane, x);
+    while (k < kn) {
         if (lane >= 16) {
-            const float *row = a.cos_sin_cache + w.pc[kk] * a.cos_sin_stride;
+            const float *row = a.cos_sin_cache + w.pc[k] * a.cos_sin_stride;
             const int il = a.cos_sin_layout == KVC_COS_SIN_INTERLEAVED;
 #pragma unroll
             for (int t = 0; t < 2; t++) kvc_cos_sin(row, il, 2 * (lane - 16) + t, &cs[2 * t], &cs[2 * t + 1]);
         }
         if (a.score_bias)
 #pragma unroll
-            for (int ii = 0; ii < KVC_SEG; ii++) {
-                const long long b = ii < rows ? w.boff[8 * kk + ii] : -1;
+            for (int i = 0; i < KVC_SEG; i++) {
+                const long long b = i < rows ? w.boff[8 * k + i] : -1;
                 if (b >= 0)
 #pragma unroll
-                    for (int j = 0; j < 4; j++) x.s[ii][j] = KVC_ADD(x.s[ii][j], __ldg(a.score_bias + b + 4 * lane + j));
+                    for (int j = 0; j < 4; j++) x.s[i][j] = KVC_ADD(x.s[i][j], __ldg(a.score_bias + b + 4 * lane + j));
             }
         float c[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             float m = x.s[0][j], den = 0.0f, num = 0.0f;
 #pragma unroll
-            for (int ii = 1; ii < KVC_SEG; ii++)
-                if (ii < rows) m = kvc_max(m, x.s[ii][j]);
+            for (int i = 1; i < KVC_SEG; i++)
+                if (i < rows) m = kvc_max(m, x.s[i][j]);
 #pragma unroll
-            for (int ii = 0; ii < KVC_SEG; ii++)
-                if (ii < rows) red_step(m, x.s[ii][j], x.v[ii][j], &den, &num);
+            for (int i = 0; i < KVC_SEG; i++)
+                if (i < rows) red_step(m, x.s[i][j], x.v[i][j], &den, &num);
             kvc_seg_close(m, &den, &num);
             c[j] = KVC_DIV(num, den);
         }
-        const unsigned rest = live & ~((2u << kk) - 1u);
-        const int kn2 = rest ? __ffs(rest) - 1 : kn;
-        if (kn2 < kn) idx_load<BF16>(P, w, kn2, rows, lane, x); /* in flight while kk finalises */
-        const kv_slot at = w.at[kk];
+        const int kk = next_live(k + IDX_WARPS);
+        if (kk < kn) idx_load<BF16>(P, w, kk, rows, lane, x); /* in flight while k finalises */
+        const kv_slot at = w.at[k];
         const int bad = idx_finalize(a, c, wt, cs, lane, a.kv_cache + at.po, a.kv_cache + at.so);
         written++;
         nonfinite += bad;
-        kk = kn2;
+        k = kk;
     }
     /* one atomic per CTA and counter */
     if (lane == 0 && written) atomicAdd(&s_count[0], (unsigned long long)written);
     if (lane == 0 && nonfinite) atomicAdd(&s_count[1], (unsigned long long)nonfinite);
     __syncthreads();
-    if (threadIdx.x == 0 && s_count[0])
+    if (q == 0 && s_count[0])
         atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_written), s_count[0]);
-    if (threadIdx.x == 0 && s_count[1])
+    if (q == 0 && s_count[1])
         atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), s_count[1]);
+}
+template <bool BF16>
+__global__ void __launch_bounds__(IDX_WARPS * 32, IDX_MINB) indexer_kernel(const launch_params P) {
+    indexer_body<BF16>(P, blockIdx.x);
 }
 
 #undef IDX_FULL

@@ -674,7 +674,7 @@ struct small_rows {
 
 /* BF16: a bf16 state (SPEC 10); a score bias is added where P.a.score_bias is set. */
 template <bool BF16>
-__global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const launch_params P) {
+__device__ __forceinline__ void small_body(const launch_params &P, unsigned cta) {
     __shared__ small_rows rt; /* rows of output k: 8k .. 8k+7           */
     __shared__ kv_slot s_at[KVC_CUDA_SMALL_K];
     __shared__ long long s_pc[KVC_CUDA_SMALL_K], s_r[KVC_CUDA_SMALL_K], s_p[KVC_CUDA_SMALL_K], s_badg[KVC_CUDA_SMALL_K];
@@ -682,7 +682,7 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     __shared__ float cbufs[2][512 + 8]; /* c and the finaliser's scratch, alternating per output */
     const kvc_args &a = P.a;
     const int q = threadIdx.x;
-    const long long o0 = (long long)blockIdx.x * P.pl.small_k;
+    const long long o0 = (long long)cta * P.pl.small_k;
     const int kn = (int)(a.num_outputs - o0 < P.pl.small_k ? a.num_outputs - o0 : P.pl.small_k);
     if (q < kn) {
         kvc_out_info inf;
@@ -779,20 +779,37 @@ __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const la
     if (q == 0 && nonfinite)
         atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), (unsigned long long)nonfinite);
 }
+template <bool BF16>
+__global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const launch_params P) {
+    small_body<BF16>(P, blockIdx.x);
+}
 #endif
 
 #if DPT == 2
 #include "cuda_slice.cuh"
 #include "cuda_indexer.cuh"
+
+/* kvc_compress_many's sets of one-segment windows (a CSA layer's main and
+ * indexer compressors in decode) as one launch: set s takes CTAs
+ * M.end[s - 1] .. M.end[s] - 1, each running the one-segment kernel's body
+ * (head width 512) or the indexer kernel's (128).  BF16: every set's state. */
+template <bool BF16>
+__global__ void __launch_bounds__(DG, IDX_MINB) segment1_many_kernel(const many_params M) {
+    int s = 0;
+    while (blockIdx.x >= M.end[s]) s++;
+    const unsigned cta = blockIdx.x - (s ? M.end[s - 1] : 0);
+    if (M.p[s].a.head_dim == 128) indexer_body<BF16>(M.p[s], cta);
+    else small_body<BF16>(M.p[s], cta);
+}
 #endif
 
 /* what the host needs of this DPT */
 constexpr int kDG = DG, kMaxLanes = MAX_LANES, kTreeMax = TREE_MAX;
 #if DPT == 2
 constexpr int kSmallK = KVC_CUDA_SMALL_K, kSmallMinb = SMALL_MINB, kSliceRec = SLICE_REC;
-constexpr int kIdxWarps = IDX_WARPS, kIdxOpw = IDX_OPW, kIdxMinb = IDX_MINB;
+constexpr int kIdxWarps = IDX_WARPS, kIdxK = IDX_K, kIdxMinb = IDX_MINB;
 #undef IDX_WARPS
-#undef IDX_OPW
+#undef IDX_K
 #undef IDX_MINB
 #undef SMALL_MINB
 #endif
