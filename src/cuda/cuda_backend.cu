@@ -188,10 +188,12 @@ static const main_kernel kMainKernels[] = {
     {2, 1, 1, kvc_cuda_d2f::compress_kernel<1>},  {2, 1, 2, kvc_cuda_d2f::compress_kernel<2>},
     {2, 1, 4, kvc_cuda_d2f::compress_kernel<4>},  {2, 1, 8, kvc_cuda_d2f::compress_kernel<8>},
 };
-/* [fast][bf16] */
-static const kernel_fn kSmallKernels[2][2] = {
-    {kvc_cuda_d2::compress_small_kernel<false>, kvc_cuda_d2::compress_small_kernel<true>},
-    {kvc_cuda_d2f::compress_small_kernel<false>, kvc_cuda_d2f::compress_small_kernel<true>}};
+/* [fast][bf16][score bias] */
+static const kernel_fn kSmallKernels[2][2][2] = {
+    {{kvc_cuda_d2::compress_small_kernel<false, false>, kvc_cuda_d2::compress_small_kernel<false, true>},
+     {kvc_cuda_d2::compress_small_kernel<true, false>, kvc_cuda_d2::compress_small_kernel<true, true>}},
+    {{kvc_cuda_d2f::compress_small_kernel<false, false>, kvc_cuda_d2f::compress_small_kernel<false, true>},
+     {kvc_cuda_d2f::compress_small_kernel<true, false>, kvc_cuda_d2f::compress_small_kernel<true, true>}}};
 /* [fast][bf16] */
 typedef void (*many_fn)(const many_params);
 static const many_fn kManyKernels[2][2] = {
@@ -653,7 +655,7 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
         return KVC_OK;
     }
     if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
-        const kernel_fn small_k = kSmallKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16];
+        const kernel_fn small_k = kSmallKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16][a->score_bias != NULL];
         small_k<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;

@@ -90,15 +90,17 @@ __device__ __forceinline__ float ld_state1(const float *base, long long i) {
 }
 
 /* SPEC 10's score bias on loaded rows i < n: the element offset bo(i) of
- * row i's bias (< 0: a masked row, none), thread q's dims. */
-template <class BO>
+ * row i's bias (< 0: a masked row, none), thread q's dims; SHARED: bias
+ * points into shared memory. */
+template <bool SHARED = false, class BO>
 __device__ __forceinline__ void seg_add_bias(const float *bias, int n, int q, seg_data &x, BO bo) {
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++) {
         const long long b = i < n ? bo(i) : -1;
         if (b >= 0)
 #pragma unroll
-            for (int j = 0; j < DPT; j++) x.s[i][j] = KVC_ADD(x.s[i][j], __ldg(bias + b + DPT * q + j));
+            for (int j = 0; j < DPT; j++)
+                x.s[i][j] = KVC_ADD(x.s[i][j], SHARED ? bias[b + DPT * q + j] : __ldg(bias + b + DPT * q + j));
     }
 }
 
@@ -672,9 +674,13 @@ struct small_rows {
     long long boff[KVC_CUDA_SMALL_K * KVC_SEG]; /* score_bias: the row's bias offset (-1: none) */
 };
 
-/* BF16: a bf16 state (SPEC 10); a score bias is added where P.a.score_bias is set. */
-template <bool BF16>
-__device__ __forceinline__ void small_body(const launch_params &P, unsigned cta) {
+/* BF16: a bf16 state (SPEC 10).  BIAS: a score bias is added where
+ * P.a.score_bias is set, read from bias_rows where not NULL: shared memory
+ * for the whole bias tensor of a one-segment window (C rows of 1024 floats
+ * with overlap, C <= 4, or of 512, C <= 8: 4096 floats at most), copied in
+ * once per CTA. */
+template <bool BF16, bool BIAS>
+__device__ __forceinline__ void small_body(const launch_params &P, unsigned cta, float *bias_rows) {
     __shared__ small_rows rt; /* rows of output k: 8k .. 8k+7           */
     __shared__ kv_slot s_at[KVC_CUDA_SMALL_K];
     __shared__ long long s_pc[KVC_CUDA_SMALL_K], s_r[KVC_CUDA_SMALL_K], s_p[KVC_CUDA_SMALL_K], s_badg[KVC_CUDA_SMALL_K];
@@ -702,6 +708,10 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta)
      * shared function this kernel measured slower */
     const long long C = a.compress_ratio;
     const int rows = (int)P.pl.rows; /* <= 8 */
+    const int bw = a.overlap == KVC_OVERLAP_ON ? 1024 : 512; /* a bias row's floats */
+    const int cached = BIAS && a.score_bias && bias_rows;
+    if (cached)
+        for (int t = q; t < C * bw; t += DG) bias_rows[t] = __ldg(a.score_bias + (t / bw) * a.score_bias_stride + t % bw);
     for (int t = q; t < kn * KVC_SEG; t += DG) {
         const int k = t / KVC_SEG, i = t % KVC_SEG;
         rt.voff[t] = rt.soff[t] = rt.boff[t] = -1;
@@ -720,8 +730,8 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta)
         const long long base = kvc_state_row_offset(&a, blk, pos);
         rt.voff[t] = base + vo;
         rt.soff[t] = base + so;
-        if (a.score_bias)
-            rt.boff[t] = kvc_bias_offset(pos, C, a.score_bias_stride, so, a.overlap == KVC_OVERLAP_ON, 512);
+        if (BIAS && a.score_bias)
+            rt.boff[t] = kvc_bias_offset(pos, C, cached ? bw : a.score_bias_stride, so, a.overlap == KVC_OVERLAP_ON, 512);
     }
     fin_in f;
     fin_load_weights(P, q, f);
@@ -756,7 +766,11 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta)
     for (int b = 0; k < kn; b ^= 1) {
         float *cbuf = cbufs[b]; /* last used two outputs ago: every thread passed a barrier since */
         fin_load_cos_sin(P, s_pc[k], q, f);
-        if (a.score_bias) seg_add_bias(a.score_bias, rows, q, x, [&](int i) { return rt.boff[k * KVC_SEG + i]; });
+        const auto bo = [&](int i) { return rt.boff[k * KVC_SEG + i]; };
+        if (cached)
+            seg_add_bias<true>(bias_rows, rows, q, x, bo);
+        else if (BIAS && a.score_bias)
+            seg_add_bias(a.score_bias, rows, q, x, bo);
         const stv st = seg_compute(x, rows);
         const int kk = next_live(k + 1);
         if (kk < kn) load(kk, x); /* in flight while k finalises */
@@ -779,9 +793,14 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta)
     if (q == 0 && nonfinite)
         atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), (unsigned long long)nonfinite);
 }
-template <bool BF16>
+template <bool BF16, bool BIAS>
 __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const launch_params P) {
-    small_body<BF16>(P, blockIdx.x);
+    if constexpr (BIAS) {
+        __shared__ float bias_rows[KVC_SEG * 512];
+        small_body<BF16, true>(P, blockIdx.x, bias_rows);
+    } else {
+        small_body<BF16, false>(P, blockIdx.x, nullptr);
+    }
 }
 #endif
 
@@ -799,7 +818,7 @@ __global__ void __launch_bounds__(DG, IDX_MINB) segment1_many_kernel(const many_
     while (blockIdx.x >= M.end[s]) s++;
     const unsigned cta = blockIdx.x - (s ? M.end[s - 1] : 0);
     if (M.p[s].a.head_dim == 128) indexer_body<BF16>(M.p[s], cta);
-    else small_body<BF16>(M.p[s], cta);
+    else small_body<BF16, true>(M.p[s], cta, nullptr); /* (a bias read from global memory) */
 }
 #endif
 
