@@ -15,6 +15,7 @@ extern "C" {
 typedef struct bench_result {
     double median_us, min_us, max_us;
     double floor_us; /* the floor of SPEC 6, timed in the same loop; 0 = not measured */
+    double chain_us; /* CUDA: the chain floor (chain_floor.cuh), the same way; 0 = not measured */
     double *samples; /* every timed call (us), malloc'd; the caller frees it */
     int nsamples, warmup;
     int calls;

@@ -2,8 +2,9 @@
  * bench_cuda.cu -- how `kvcompress bench` times a case on the CUDA backend
  * (SPEC 6): the case copied to the device once (the kit's memory table),
  * the L2 flushed by a write before each call, device events around it, the
- * floor (a plain 16-byte streaming read of the same bytes) timed in the same
- * loop; the device's read bandwidth; device names.
+ * floor (a plain 16-byte streaming read of the same bytes) and the chain
+ * floor (chain_floor.cuh: the case's index chain and rows, no arithmetic)
+ * timed in the same loop; the device's read bandwidth; device names.
  */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include "bench_backend.h"
 #include "kvc_kit.h"
 #include "kvcompress_cuda.h"
+#include "chain_floor.cuh"
 #include "read_floor.cuh"
 
 #define CK(x)                                                                          \
@@ -61,7 +63,9 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
     kvc_exec_init(&ex);
     ex.backend = KVC_BACKEND_CUDA;
     cudaEvent_t e0 = NULL, e1 = NULL;
-    std::vector<double> t, tf;
+    std::vector<double> t, tf, tc;
+    kvc_args ca; /* the chain floor's view of the call */
+    int chain = 0;
     kvc_device_status s;
     int sms = 132, dev = 0;
     const size_t fbytes = ((size_t)floor_bytes + 15) & ~(size_t)15;
@@ -84,7 +88,14 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
         g_floor_bytes = fbytes;
     }
     if (!g_floor_sink) CK(cudaMalloc(&g_floor_sink, 4));
-    for (int i = -10; i < repeat; i++) { /* 10 warm-up calls; the floor after each call */
+    /* the chain floor: 16-byte (bf16: 8-byte) loads of 4 elements need
+     * every row 4-element aligned; else not measured */
+    ca = x.d;
+    kvc_resolve_strides(&ca);
+    chain = fbytes && ca.num_outputs > 0 && ca.num_outputs <= 0x7FFFFFFF && ca.state_stride_block % 4 == 0 &&
+                      ca.state_stride_token % 4 == 0 &&
+                      (uintptr_t)ca.state_cache % (ca.state_dtype == KVC_STATE_BFLOAT16 ? 8 : 16) == 0;
+    for (int i = -10; i < repeat; i++) { /* 10 warm-up calls; the floors after each call */
         if (fbytes) {
             flush_l2(0);
             CK(cudaEventRecord(e0, 0));
@@ -94,6 +105,16 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
             float fms = 0;
             CK(cudaEventElapsedTime(&fms, e0, e1));
             if (i >= 0) tf.push_back(fms * 1e3);
+        }
+        if (chain) {
+            flush_l2(0);
+            CK(cudaEventRecord(e0, 0));
+            chain_kernel<<<(unsigned)ca.num_outputs, CHAIN_THREADS>>>(ca, g_floor_sink);
+            CK(cudaEventRecord(e1, 0));
+            CK(cudaEventSynchronize(e1));
+            float cms = 0;
+            CK(cudaEventElapsedTime(&cms, e0, e1));
+            if (i >= 0) tc.push_back(cms * 1e3);
         }
         flush_l2(0);
         CK(cudaEventRecord(e0, 0));
@@ -120,6 +141,7 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
     out->min_us = t.empty() ? 0 : *std::min_element(t.begin(), t.end());
     out->max_us = t.empty() ? 0 : *std::max_element(t.begin(), t.end());
     out->floor_us = median(tf);
+    out->chain_us = median(tc);
     out->calls = (int)t.size();
     out->nsamples = (int)t.size();
     out->warmup = 10;

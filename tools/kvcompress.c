@@ -76,7 +76,9 @@ static const char *USAGE_BENCH =
     "Every case is followed, in the same loop, by its floor: a plain streaming\n"
     "read of the case's bytes on the same backend (CPU: the same threads),\n"
     "timed the same way; x_floor = median time / median floor time (the figure\n"
-    "the speed goals use).\n";
+    "the speed goals use).  CUDA also times the chain floor: the case's index\n"
+    "chain (output, token, block table) and window rows read with no arithmetic\n"
+    "and no write -- what the dependent loads cost on top of the bytes (x_chain).\n";
 
 static const char *USAGE_VERIFY =
     "usage: kvcompress verify [options]\n"
@@ -780,8 +782,8 @@ static int cmd_bench(int argc, char **argv) {
            o.numerics == KVC_NUMERICS_FAST ? "fast" : "exact");
     if (bw <= 0) printf("(read bandwidth not measured for this backend: %%read shows 0)\n");
     if (!gpu) printf("cpu threads: %d%s\n", threads, o.huge_pages ? ", state and floor on huge pages" : "");
-    printf("%-28s %-8s %8s %11s %9s %9s %9s %7s %9s %7s  %s\n", "case", "layout", "outputs", "median_us", "min_us",
-           "max_us", "GB/s", "%read", "floor_us", "x_floor", "check");
+    printf("%-28s %-8s %8s %11s %9s %9s %9s %7s %9s %7s %9s %7s  %s\n", "case", "layout", "outputs", "median_us",
+           "min_us", "max_us", "GB/s", "%read", "floor_us", "x_floor", "chain_us", "x_chain", "check");
     double log_x = 0, worst_x = 0, log_read = 0;
     int nx = 0, noisy = 0, nread = 0;
     static char plot_name[128][72];
@@ -847,6 +849,12 @@ static int cmd_bench(int argc, char **argv) {
         failures += !ok;
         double gbs = rc == 0 ? bytes / (r.median_us * 1e-6) / 1e9 : 0;
         const double xf = rc == 0 && r.floor_us > 0 ? r.median_us / r.floor_us : 0;
+        const double xc = rc == 0 && r.chain_us > 0 ? r.median_us / r.chain_us : 0;
+        char chain_us[16] = "-", x_chain[16] = "-"; /* not measured: CPU, OpenCL, unaligned rows */
+        if (xc > 0) {
+            snprintf(chain_us, sizeof chain_us, "%.1f", r.chain_us);
+            snprintf(x_chain, sizeof x_chain, "%.3f", xc);
+        }
         if (xf > 0) {
             log_x += log(xf);
             worst_x = xf > worst_x ? xf : worst_x;
@@ -862,9 +870,10 @@ static int cmd_bench(int argc, char **argv) {
         const int spread = rc == 0 && r.min_us > 0 && r.max_us > 1.5 * r.min_us;
         noisy += spread;
         if (progress_on()) fprintf(stderr, "%60s\r", "");
-        printf("%-28s %-8s %8lld %11.1f %9.1f %9.1f %9.1f %6.1f%% %9.1f %7.3f  %s%s\n", list[i].name,
+        printf("%-28s %-8s %8lld %11.1f %9.1f %9.1f %9.1f %6.1f%% %9.1f %7.3f %9s %7s  %s%s\n", list[i].name,
                list[i].p.shuffle ? "shuffle" : "contig", (long long)c.args.num_outputs, r.median_us, r.min_us,
-               r.max_us, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, check, spread ? " (spread > 1.5x)" : "");
+               r.max_us, gbs, bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, chain_us, x_chain, check,
+               spread ? " (spread > 1.5x)" : "");
         fflush(stdout);
         if (js)
             fprintf(js,
@@ -872,14 +881,14 @@ static int cmd_bench(int argc, char **argv) {
                     "\"block\": %lld, \"format\": \"%s\", \"overlap\": %d, \"kv_block_size\": %lld, "
                     "\"outputs\": %lld, \"bytes\": %.0f, \"median_us\": %.3f, \"min_us\": %.3f, \"gbs\": %.3f, "
                     "\"max_us\": %.3f, \"calls\": %d, \"pct_read_bw\": %.2f, \"floor_us\": %.3f, \"x_floor\": %.4f, "
-                    "\"spread\": %s, \"check\": \"%s\", \"samples_us\": [",
+                    "\"chain_us\": %.3f, \"x_chain\": %.4f, \"spread\": %s, \"check\": \"%s\", \"samples_us\": [",
                     i ? "," : "", list[i].name, list[i].p.shuffle ? "shuffle" : "contig",
                     (long long)list[i].p.num_reqs, (long long)list[i].p.total_tokens,
                     (long long)list[i].p.compress_ratio, (long long)list[i].p.block_size,
                     kvc_kit_format_name(list[i].p.nope_format), (int)list[i].p.overlap,
                     (long long)c.args.kv_block_size, (long long)c.args.num_outputs, bytes, r.median_us, r.min_us, gbs,
-                    r.max_us, r.calls, bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, spread ? "true" : "false",
-                    ok ? "ok" : "fail");
+                    r.max_us, r.calls, bw > 0 ? 100.0 * gbs / bw : 0.0, r.floor_us, xf, r.chain_us, xc,
+                    spread ? "true" : "false", ok ? "ok" : "fail");
         for (int k = 0; js && k < r.nsamples; k++) fprintf(js, "%s%.3f", k ? ", " : "", r.samples[k]);
         if (js) fprintf(js, "]}");
         free(r.samples);
@@ -897,6 +906,7 @@ static int cmd_bench(int argc, char **argv) {
     }
     printf("x_floor = median time / median time of a plain read of the same bytes in the same loop (1.00 = the "
            "memory floor; the CPU's floor reads a fresh buffer, so a case whose rows sit in the caches can be below 1); "
+           "x_chain = median time / median time of the chain floor (CUDA); "
            "%%read = bytes per second over the read bandwidth measured at the start\n");
     if (nx) printf("x_floor: geomean %.3f, worst %.3f over %d cases\n", exp(log_x / nx), worst_x, nx);
     if (o.plot && write_plot(o.plot, plot_name, plot_x, n, backend_name(be)) != 0) {

@@ -1,8 +1,7 @@
 /*
  * read_floor.cuh -- the floor of SPEC 6: a plain streaming read, grid-stride,
  * one 16-byte evict-first load per thread and iteration, no arithmetic to
- * speak of.  `kvcompress bench` (bench_cuda.cu) times it after every call;
- * bench/probe/read_probe.cu measures it at every case size.
+ * speak of.  `kvcompress bench` (bench_cuda.cu) times it after every call.
  */
 #ifndef KVC_READ_FLOOR_CUH
 #define KVC_READ_FLOOR_CUH
