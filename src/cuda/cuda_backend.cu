@@ -432,8 +432,7 @@ static kvc_status check_device_memory(const kvc_args *a, const kvc_exec *e, cons
 
 /* Launch fn after the stream's previous kernel as its programmatic
  * dependent (sm_90 and later; before, in stream order as any launch). */
-template <typename Params>
-static cudaError_t launch_dependent(void (*fn)(const Params), unsigned grid, unsigned threads, const Params &P,
+static cudaError_t launch_dependent(kernel_fn fn, unsigned grid, unsigned threads, const launch_params &P,
                                     cudaStream_t stream, int dev) {
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -446,32 +445,6 @@ static cudaError_t launch_dependent(void (*fn)(const Params), unsigned grid, uns
     cfg.attrs = &at;
     cfg.numAttrs = sm_major(dev) >= 9 ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, fn, P);
-}
-
-/* The status word zeroed for the one-segment and indexer kernels, instead
- * of a memset: they are launched as its programmatic dependents (sm_90), so
- * their CTAs start while it runs and wait for it only where they first
- * write the status word (status_ready).  The memset before them was ~0.9 us
- * of a decode-sized call (one H200). */
-__global__ void status_zero_kernel(kvc_device_status *st) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-    if (threadIdx.x < sizeof(kvc_device_status) / 4) reinterpret_cast<int *>(st)[threadIdx.x] = 0;
-}
-
-/* fn<<<grid, threads>>>(P) on stream; zero: after status_zero_kernel(st),
- * as its dependent. */
-template <typename Params>
-static cudaError_t launch_zeroed(void (*fn)(const Params), unsigned grid, unsigned threads, const Params &P,
-                                 kvc_device_status *st, int zero, cudaStream_t stream, int dev) {
-    if (!zero) {
-        fn<<<grid, threads, 0, stream>>>(P);
-        return cudaGetLastError();
-    }
-    status_zero_kernel<<<1, 32, 0, stream>>>(st);
-    const cudaError_t err = cudaGetLastError();
-    return err != cudaSuccess ? err : launch_dependent(fn, grid, threads, P, stream, dev);
 }
 
 /* The call runs on exec->device, or (-1) on the device that holds the
@@ -630,11 +603,9 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
                            : (float *)(buf + st_bytes + tk_bytes);
     P.slice_bad = (long long *)slice_area;
     /* The status word, by the first set only: zeroed by the slice kernel
-     * itself, by status_zero_kernel ahead of the one-segment and indexer
-     * kernels, else by a memset, with the main kernel's tickets where they
+     * itself, else by a memset, with the main kernel's tickets where they
      * are adjacent. */
-    const int zero_k = set == 0 && nout > 0 && !general && !slice && (sp->indexer || P.pl.small_k);
-    const int memset_status = set == 0 && !(slice && nout > 0) && !zero_k;
+    const int memset_status = set == 0 && !(slice && nout > 0);
     const size_t tickets = !slice && P.pl.nchunk > 1 ? (size_t)nout * 4 : 0;
     if (memset_status && e->device_status &&
         (err = cudaMemsetAsync(e->device_status, 0, sizeof(kvc_device_status), stream)) != cudaSuccess)
@@ -678,15 +649,15 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);
     if (sp->indexer) { /* head width 128, one-segment windows: a warp per output */
-        err = launch_zeroed(kIndexerKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16], (unsigned)blocks,
-                            ks::kIdxWarps * 32, P, P.status, zero_k, stream, dev);
-        if (err != cudaSuccess) return cuda_fail(err, "kernel launch");
+        kIndexerKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16]<<<(unsigned)blocks, ks::kIdxWarps * 32, 0,
+                                                                         stream>>>(P);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
     if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
         const kernel_fn small_k = kSmallKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16][a->score_bias != NULL];
-        if ((err = launch_zeroed(small_k, (unsigned)blocks, ks::kDG, P, P.status, zero_k, stream, dev)) != cudaSuccess)
-            return cuda_fail(err, "kernel launch");
+        small_k<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
     size_t smem = (size_t)(L * 3 * 512) * sizeof(float); /* lane states; >= 512 + 8 floats for the finaliser */
@@ -801,10 +772,12 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
             M.end[s] = ctas;
             base += P.a.num_outputs;
         }
+        const size_t zb = e->device_status ? sizeof(kvc_device_status) : st_bytes;
+        if ((err = cudaMemsetAsync(M.p[0].status, 0, zb, stream)) != cudaSuccess)
+            return cuda_fail(err, "cudaMemsetAsync(status)");
         const int fastnum = sets[0].numerics == KVC_NUMERICS_FAST, bf16 = sets[0].state_dtype == KVC_STATE_BFLOAT16;
-        if ((err = launch_zeroed(kManyKernels[fastnum][bf16], ctas, ks::kDG, M, M.p[0].status, 1, stream, dev)) !=
-            cudaSuccess)
-            return cuda_fail(err, "kernel launch");
+        kManyKernels[fastnum][bf16]<<<ctas, ks::kDG, 0, stream>>>(M);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
     for (int s = 0; s < n; s++) {

@@ -264,9 +264,10 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
     if (lane == 0 && written) atomicAdd(&s_count[0], (unsigned long long)written);
     if (lane == 0 && nonfinite) atomicAdd(&s_count[1], (unsigned long long)nonfinite);
     __syncthreads();
-    if (q == 0) status_ready(); /* (as the one-segment kernel's end) */
-    if (q == 0 && s_count[0]) count(&P.status->outputs_written, s_count[0]);
-    if (q == 0 && s_count[1]) count(&P.status->outputs_nonfinite, s_count[1]);
+    if (q == 0 && s_count[0])
+        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_written), s_count[0]);
+    if (q == 0 && s_count[1])
+        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), s_count[1]);
 }
 template <bool BF16>
 __global__ void __launch_bounds__(IDX_WARPS * 32, IDX_MINB) indexer_kernel(const launch_params P) {

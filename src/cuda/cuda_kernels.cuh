@@ -311,22 +311,10 @@ __device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_tabl
     }
 }
 
-/* Before a thread's first write of the status word.  The one-segment and
- * indexer kernels are launched as programmatic dependents of
- * status_zero_kernel (sm_90, cuda_backend.cu): their CTAs run the index
- * chain and the row loads while it zeroes the status word, and wait for it
- * here.  Elsewhere (no programmatic dependency, or sm_80) a no-op. */
-__device__ __forceinline__ void status_ready() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 /* The call's first index error, if none is recorded yet: output o of this
  * set (kvc_compress_many: numbered from P.pl.out_base). */
 __device__ void record_error(const launch_params &P, int check, long long o, long long value) {
     kvc_device_status *st = P.status;
-    status_ready();
     if (atomicCAS(&st->status, 0, (int)KVC_ERROR_INDEX_OUT_OF_RANGE) == 0) {
         st->check = check;
         st->output = P.pl.out_base + o;
@@ -334,10 +322,7 @@ __device__ void record_error(const launch_params &P, int check, long long o, lon
     }
 }
 
-__device__ void count(int64_t *field, unsigned long long n = 1) {
-    status_ready();
-    atomicAdd(reinterpret_cast<unsigned long long *>(field), n);
-}
+__device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull); }
 
 /* After kvc_check_output(o) gave chk and inf: 1 when the output is skipped
  * (an index error, recorded and counted, or padding, counted) -- the counts
@@ -802,12 +787,11 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
         }
         k = kk;
     }
-    /* one atomic per CTA and counter, not one per output; thread 0 waits
-     * for the status word's zeroing even where it counts nothing (the
-     * kernel then ends after it) */
-    if (q == 0) status_ready();
-    if (q == 0 && written) count(&P.status->outputs_written, written);
-    if (q == 0 && nonfinite) count(&P.status->outputs_nonfinite, nonfinite);
+    /* one atomic per CTA and counter, not one per output */
+    if (q == 0 && written)
+        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_written), (unsigned long long)written);
+    if (q == 0 && nonfinite)
+        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), (unsigned long long)nonfinite);
 }
 template <bool BF16, bool BIAS>
 __global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const launch_params P) {
