@@ -109,7 +109,10 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
         if (chain) {
             flush_l2(0);
             CK(cudaEventRecord(e0, 0));
-            chain_kernel<<<(unsigned)ca.num_outputs, CHAIN_THREADS>>>(ca, g_floor_sink);
+            if (ca.state_dtype == KVC_STATE_BFLOAT16)
+                chain_kernel<true><<<(unsigned)ca.num_outputs, CHAIN_THREADS>>>(ca, g_floor_sink);
+            else
+                chain_kernel<false><<<(unsigned)ca.num_outputs, CHAIN_THREADS>>>(ca, g_floor_sink);
             CK(cudaEventRecord(e1, 0));
             CK(cudaEventSynchronize(e1));
             float cms = 0;

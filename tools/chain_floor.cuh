@@ -2,47 +2,75 @@
  * chain_floor.cuh -- the chain floor of a CUDA case: what any kernel of the
  * contract does before it can reduce a window -- output -> boundary token ->
  * (slot, request, position) -> block table -> the window's rows -- with no
- * arithmetic and no write.  One CTA of 128 threads per output; every row's
- * value and score columns read once with streaming loads, as the call
- * gathers them (the bytes of read_floor.cuh's floor less the slot and the
- * score bias).  `kvcompress bench` times it beside the floor: the floor is
- * what bandwidth allows, the chain floor what the dependent loads of the
- * index chain allow on top (decode-sized calls, SPEC 6).
+ * arithmetic and no write.  One CTA of 256 threads per output: the window's
+ * rows resolved at once (a thread a row, 64 rows at a time), then every
+ * row's value and score columns read with streaming loads, 8 in flight per
+ * thread (the bytes of read_floor.cuh's floor less the slot and the score
+ * bias, gathered as the call gathers them).  `kvcompress bench` times it
+ * beside the floor: the floor is what bandwidth allows, the chain floor what
+ * the index chain's dependent loads allow on top (decode-sized calls).
  */
 #ifndef KVC_CHAIN_FLOOR_CUH
 #define KVC_CHAIN_FLOOR_CUH
 
 #include "kvc_check.h"
 
-#define CHAIN_THREADS 128
+#define CHAIN_THREADS 256
+#define CHAIN_ROWS 64 /* rows resolved at once */
+#define CHAIN_BATCH 8 /* loads in flight per thread */
 
-/* a: resolved (kvc_resolve_strides), device pointers; one CTA per output */
+/* 4 elements at element offset o: 16 bytes of float32 or 8 of bf16 */
+template <bool BF16> struct chain_elem;
+template <> struct chain_elem<false> {
+    typedef float4 T;
+    static __device__ T load(const char *s, long long o) { return __ldcs((const float4 *)(s + o * 4)); }
+    static __device__ float sum(T v) { return v.x + v.y + v.z + v.w; }
+};
+template <> struct chain_elem<true> {
+    typedef uint2 T;
+    static __device__ T load(const char *s, long long o) { return __ldcs((const uint2 *)(s + o * 2)); }
+    static __device__ float sum(T v) { return __uint_as_float(v.x ^ v.y); }
+};
+
+/* a: resolved (kvc_resolve_strides), device pointers, head width 128 or
+ * 512; one CTA per output */
+template <bool BF16>
 __global__ void __launch_bounds__(CHAIN_THREADS) chain_kernel(const kvc_args a, float *sink) {
+    typedef chain_elem<BF16> E;
+    __shared__ long long off[2 * CHAIN_ROWS]; /* row-half h of row r: off[2r + h], element offset; -1: none */
     kvc_out_info inf;
     if (kvc_check_output(&a, blockIdx.x, &inf, 0) != KVC_CHECK_NONE || inf.slot < 0) return;
-    const int D = a.head_dim, ovl = a.overlap == KVC_OVERLAP_ON, bf16 = a.state_dtype == KVC_STATE_BFLOAT16;
+    const int D = a.head_dim, ovl = a.overlap == KVC_OVERLAP_ON, q = D / 4; /* 4-element groups a half row */
     const long long rows = kvc_window_rows(a.compress_ratio, ovl);
     const char *state = (const char *)a.state_cache;
+    const int t = threadIdx.x, g = t % q, step = CHAIN_THREADS / q;
     float acc = 0.f;
-#pragma unroll 8
-    for (long long i = 0; i < rows; i++) {
-        int vo, so;
-        const long long pos = kvc_window_row(inf.p, a.compress_ratio, ovl, D, i, &vo, &so);
-        if (pos < 0) continue;
-        const long long blk = a.block_table[inf.r * a.block_table_stride + pos / a.block_size];
-        if (blk < 0 || blk >= a.num_blocks) continue;
-        const long long row = kvc_state_row_offset(&a, blk, pos);
-        for (int d = 4 * threadIdx.x; d < D; d += 4 * CHAIN_THREADS) {
-            if (bf16) { /* 4 values and 4 scores of 2 bytes */
-                const uint2 v = __ldcs((const uint2 *)(state + (row + vo + d) * 2));
-                const uint2 s = __ldcs((const uint2 *)(state + (row + so + d) * 2));
-                acc += __uint_as_float(v.x ^ v.y ^ s.x ^ s.y);
-            } else {
-                const float4 v = __ldcs((const float4 *)(state + (row + vo + d) * 4));
-                const float4 s = __ldcs((const float4 *)(state + (row + so + d) * 4));
-                acc += v.x + v.y + v.z + v.w + s.x + s.y + s.z + s.w;
-            }
+    for (long long r0 = 0; r0 < rows; r0 += CHAIN_ROWS) {
+        const int n = (int)(rows - r0 < CHAIN_ROWS ? rows - r0 : CHAIN_ROWS);
+        if (t < n) {
+            int vo, so;
+            const long long pos = kvc_window_row(inf.p, a.compress_ratio, ovl, D, r0 + t, &vo, &so);
+            long long blk = -1;
+            if (pos >= 0) blk = a.block_table[inf.r * a.block_table_stride + pos / a.block_size];
+            const int ok = pos >= 0 && blk >= 0 && blk < a.num_blocks;
+            const long long row = ok ? kvc_state_row_offset(&a, blk, pos) : 0;
+            off[2 * t] = ok ? row + vo : -1;
+            off[2 * t + 1] = ok ? row + so : -1;
         }
+        __syncthreads();
+        for (int h0 = t / q; h0 < 2 * n; h0 += CHAIN_BATCH * step) {
+            typename E::T v[CHAIN_BATCH];
+#pragma unroll
+            for (int u = 0; u < CHAIN_BATCH; u++) {
+                const int h = h0 + u * step;
+                const long long o = h < 2 * n ? off[h] : -1;
+                if (o >= 0) v[u] = E::load(state, o + 4 * g);
+                else memset(&v[u], 0, sizeof v[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < CHAIN_BATCH; u++) acc += E::sum(v[u]);
+        }
+        __syncthreads();
     }
     if (acc == 1234.5f) *sink = acc; /* keeps the loads */
 }
