@@ -31,48 +31,58 @@ struct idx_cta {
     int ok[IDX_K], bad[IDX_K];
 };
 
-/* A window's rows for lane `lane`: 4 values and 4 scores a row (masked: 0
- * and -Inf); rows i >= n are not read. */
-struct idx_rows {
-    float v[KVC_SEG][4], s[KVC_SEG][4];
+/* A window's rows for lane `lane` as loaded: 4 values and 4 scores a row,
+ * float32 (a float4) or bf16 (their 8 bytes, widened where they are used:
+ * a widening right after the load would stall the warp on it); masked: 0
+ * and -Inf. */
+template <bool BF16> struct idx_raw {
+    typedef float4 T;
+    static __device__ __forceinline__ float get(const T &u, int j) { return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w; }
+    static __device__ __forceinline__ T masked(float f) { return make_float4(f, f, f, f); }
+};
+template <> struct idx_raw<true> {
+    typedef uint2 T;
+    static __device__ __forceinline__ float get(const T &u, int j) {
+        const unsigned w = j < 2 ? u.x : u.y;
+        return __uint_as_float(j & 1 ? w & 0xFFFF0000u : w << 16);
+    }
+    static __device__ __forceinline__ T masked(float f) { /* 0 or -Inf: exact in bf16 */
+        const unsigned h = __float_as_uint(f) >> 16;
+        return make_uint2(h | h << 16, h | h << 16);
+    }
+};
+template <bool BF16> struct idx_rows {
+    typename idx_raw<BF16>::T v[KVC_SEG], s[KVC_SEG];
 };
 
-/* vec: 16-byte (bf16: 8-byte) loads, every row offset a multiple of 4 elements */
+/* 4 elements at element offset off + 4 lane; vec: 16-byte (bf16: 8-byte)
+ * loads, every row offset a multiple of 4 elements */
 template <bool BF16>
-__device__ __forceinline__ void idx_load4(const float *state, long long off, int lane, int vec, float out[4]) {
-    if (vec) {
-        if constexpr (BF16) {
-            const uint2 u = __ldcs(reinterpret_cast<const uint2 *>(reinterpret_cast<const unsigned short *>(state) + off) + lane);
-            out[0] = __uint_as_float(u.x << 16);
-            out[1] = __uint_as_float(u.x & 0xFFFF0000u);
-            out[2] = __uint_as_float(u.y << 16);
-            out[3] = __uint_as_float(u.y & 0xFFFF0000u);
-        } else {
-            const float4 f = KVC_LD(reinterpret_cast<const float4 *>(state + off) + lane);
-            out[0] = f.x, out[1] = f.y, out[2] = f.z, out[3] = f.w;
-        }
-        return;
+__device__ __forceinline__ typename idx_raw<BF16>::T idx_load4(const float *state, long long off, int lane, int vec) {
+    if constexpr (BF16) {
+        const unsigned short *h = reinterpret_cast<const unsigned short *>(state) + off;
+        if (vec) return __ldcs(reinterpret_cast<const uint2 *>(h) + lane);
+        return make_uint2(h[4 * lane] | (unsigned)h[4 * lane + 1] << 16, h[4 * lane + 2] | (unsigned)h[4 * lane + 3] << 16);
+    } else {
+        if (vec) return KVC_LD(reinterpret_cast<const float4 *>(state + off) + lane);
+        const float *f = state + off + 4 * lane;
+        return make_float4(f[0], f[1], f[2], f[3]);
     }
-#pragma unroll
-    for (int j = 0; j < 4; j++) out[j] = ld_state1<BF16>(state, off + 4 * lane + j);
 }
 
+/* Row i of output k into x (i < the window's rows) */
 template <bool BF16>
-__device__ __forceinline__ void idx_load(const launch_params &P, const idx_cta &w, int k, int n, int lane,
-                                         idx_rows &x) {
-    const long long sd = kvc_score_delta(P.a.overlap == KVC_OVERLAP_ON, 128);
-    const int vec = (int)P.pl.vec;
-#pragma unroll
-    for (int i = 0; i < KVC_SEG; i++) {
-        if (i >= n) break;
-        const long long off = w.voff[8 * k + i];
-        if (off >= 0) {
-            idx_load4<BF16>(P.a.state_cache, off, lane, vec, x.v[i]);
-            idx_load4<BF16>(P.a.state_cache, off + sd, lane, vec, x.s[i]);
-        } else {
-#pragma unroll
-            for (int j = 0; j < 4; j++) x.v[i][j] = 0.0f, x.s[i][j] = KVC_NEG_INF;
-        }
+__device__ __forceinline__ void idx_load_row(const launch_params &P, const idx_cta &w, int k, int i, int lane,
+                                             idx_rows<BF16> &x) {
+    typedef idx_raw<BF16> R;
+    const long long off = w.voff[8 * k + i];
+    if (off >= 0) {
+        const int vec = (int)P.pl.vec;
+        x.v[i] = idx_load4<BF16>(P.a.state_cache, off, lane, vec);
+        x.s[i] = idx_load4<BF16>(P.a.state_cache, off + kvc_score_delta(P.a.overlap == KVC_OVERLAP_ON, 128), lane, vec);
+    } else {
+        x.v[i] = R::masked(0.0f);
+        x.s[i] = R::masked(KVC_NEG_INF);
     }
 }
 
@@ -221,9 +231,13 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
         return kn;
     };
     int written = 0, nonfinite = 0;
-    idx_rows x;
+    typedef idx_raw<BF16> R;
+    idx_rows<BF16> x;
     int k = next_live(wi);
-    if (k < kn) idx_load<BF16>(P, w, k, rows, lane, x);
+    if (k < kn)
+#pragma unroll
+        for (int i = 0; i < KVC_SEG; i++)
+            if (i < rows) idx_load_row<BF16>(P, w, k, i, lane, x);
     while (k < kn) {
         if (lane >= 16) {
             const float *row = a.cos_sin_cache + w.pc[k] * a.cos_sin_stride;
@@ -231,29 +245,41 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
 #pragma unroll
             for (int t = 0; t < 2; t++) kvc_cos_sin(row, il, 2 * (lane - 16) + t, &cs[2 * t], &cs[2 * t + 1]);
         }
-        if (a.score_bias)
+        float sc[KVC_SEG][4]; /* the scores, a score bias added */
 #pragma unroll
-            for (int i = 0; i < KVC_SEG; i++) {
-                const long long b = i < rows ? w.boff[8 * k + i] : -1;
-                if (b >= 0)
+        for (int i = 0; i < KVC_SEG; i++) {
+            const long long b = a.score_bias && i < rows ? w.boff[8 * k + i] : -1;
 #pragma unroll
-                    for (int j = 0; j < 4; j++) x.s[i][j] = KVC_ADD(x.s[i][j], __ldg(a.score_bias + b + 4 * lane + j));
+            for (int j = 0; j < 4; j++) {
+                sc[i][j] = R::get(x.s[i], j);
+                if (b >= 0) sc[i][j] = KVC_ADD(sc[i][j], __ldg(a.score_bias + b + 4 * lane + j));
             }
-        float c[4];
+        }
+        float m[4], den[4], num[4], c[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            float m = x.s[0][j], den = 0.0f, num = 0.0f;
+            m[j] = sc[0][j];
+            den[j] = num[j] = 0.0f;
 #pragma unroll
             for (int i = 1; i < KVC_SEG; i++)
-                if (i < rows) m = kvc_max(m, x.s[i][j]);
-#pragma unroll
-            for (int i = 0; i < KVC_SEG; i++)
-                if (i < rows) red_step(m, x.s[i][j], x.v[i][j], &den, &num);
-            kvc_seg_close(m, &den, &num);
-            c[j] = KVC_DIV(num, den);
+                if (i < rows) m[j] = kvc_max(m[j], sc[i][j]);
         }
+        /* the steps row by row (each dim's in row order, as ever); row i of
+         * the warp's next output loaded as soon as row i is consumed, so its
+         * loads are in flight during the rest of this output */
         const int kk = next_live(k + IDX_WARPS);
-        if (kk < kn) idx_load<BF16>(P, w, kk, rows, lane, x); /* in flight while k finalises */
+#pragma unroll
+        for (int i = 0; i < KVC_SEG; i++) {
+            if (i >= rows) break;
+#pragma unroll
+            for (int j = 0; j < 4; j++) red_step(m[j], sc[i][j], R::get(x.v[i], j), &den[j], &num[j]);
+            if (kk < kn) idx_load_row<BF16>(P, w, kk, i, lane, x);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            kvc_seg_close(m[j], &den[j], &num[j]);
+            c[j] = KVC_DIV(num[j], den[j]);
+        }
         const kv_slot at = w.at[k];
         const int bad = idx_finalize(a, c, wt, cs, lane, a.kv_cache + at.po, a.kv_cache + at.so);
         written++;
