@@ -6,7 +6,7 @@
  * then, in rounds, its 8 slots of 32 work-items reduce and finalise 8
  * outputs at once, work-item l of a slot holding dims 4l .. 4l + 3 (one
  * 16-byte load per row half where rows allow it; 8 bytes for bf16), the
- * next round's row i loaded as soon as this round's row i is consumed.
+ * next round's loads in flight during this round's finalisation.
  *
  * The finaliser's exchanges go through local memory: a work-item reads its
  * slot's 32 partial values after one barrier and combines them in the
@@ -39,14 +39,20 @@ static inline void idx_ld4(__global const float *state, long off, int l, int bf1
     }
 }
 
-/* One row at row offset off (< 0: masked, value 0 and score -Inf). */
-static inline void idx_load_row(__global const float *state, long off, long sdelta, int l, int bf16, int vec,
-                                float *v, float *s) {
-    if (off >= 0) {
-        idx_ld4(state, off, l, bf16, vec, v);
-        idx_ld4(state, off + sdelta, l, bf16, vec, s);
-    } else {
-        for (int j = 0; j < 4; j++) v[j] = 0.0f, s[j] = KVC_NEG_INF;
+/* A window's rows at row offsets ro[i] (< 0: masked, value 0 and score -Inf).
+ * (The offsets come in private memory: PoCL read zeros through a local
+ * pointer passed here.) */
+static inline void idx_load(__global const float *state, const long *ro, long sdelta, int rows, int l, int bf16,
+                            int vec, float v[KVC_SEG][4], float s[KVC_SEG][4]) {
+    for (int i = 0; i < KVC_SEG; i++) {
+        if (i >= rows) break;
+        const long off = ro[i];
+        if (off >= 0) {
+            idx_ld4(state, off, l, bf16, vec, v[i]);
+            idx_ld4(state, off + sdelta, l, bf16, vec, s[i]);
+        } else {
+            for (int j = 0; j < 4; j++) v[i][j] = 0.0f, s[i][j] = KVC_NEG_INF;
+        }
     }
 }
 
@@ -129,15 +135,15 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     float w[4];
     for (int j = 0; j < 4; j++) w[j] = kvc_bf16_to_f32(weight[4 * l + j]);
     float v[KVC_SEG][4], s[KVC_SEG][4];
-    if (g < nlive) /* (row offsets passed by value: PoCL read zeros through a local pointer in a helper) */
-        for (int i = 0; i < rows; i++)
-            idx_load_row(state, rowoff[KVC_SEG * s_live[g] + i], sdelta, l, bf16, vec, v[i], s[i]);
+    long ro[KVC_SEG];
+#define KVC_CL_IDX_LOAD(k_)                                                 \
+    do {                                                                    \
+        for (int i = 0; i < KVC_SEG; i++) ro[i] = rowoff[KVC_SEG * (k_) + i]; \
+        idx_load(state, ro, sdelta, rows, l, bf16, vec, v, s);              \
+    } while (0)
+    if (g < nlive) KVC_CL_IDX_LOAD(s_live[g]);
     for (int r0 = 0; r0 < nlive; r0 += KVC_CL_IDX_SLOTS) { /* (the same count in every work-item) */
         const int on = r0 + g < nlive, k = on ? s_live[r0 + g] : 0;
-        /* the slot's output of the next round: its row i loaded as soon as
-         * row i of this one is consumed (in flight during the rest of this
-         * round), each dim's steps in row order as ever */
-        const int nx = r0 + KVC_CL_IDX_SLOTS + g < nlive, kx = nx ? s_live[r0 + KVC_CL_IDX_SLOTS + g] : 0;
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (on) {
             if (l >= 16)
@@ -150,23 +156,18 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
                     if (b >= 0)
                         for (int j = 0; j < 4; j++) s[i][j] = KVC_ADD(s[i][j], bias[b + 4 * l + j]);
                 }
-            float m[4], den[4], num[4];
             for (int j = 0; j < 4; j++) {
-                m[j] = s[0][j];
-                den[j] = num[j] = 0.0f;
+                float m = s[0][j], den = 0.0f, num = 0.0f;
                 for (int i = 1; i < KVC_SEG; i++)
-                    if (i < rows) m[j] = kvc_max(m[j], s[i][j]);
-            }
-            for (int i = 0; i < KVC_SEG; i++) {
-                if (i >= rows) break;
-                for (int j = 0; j < 4; j++) kvc_seg_step(m[j], s[i][j], v[i][j], &den[j], &num[j]);
-                if (nx) idx_load_row(state, rowoff[KVC_SEG * kx + i], sdelta, l, bf16, vec, v[i], s[i]);
-            }
-            for (int j = 0; j < 4; j++) {
-                kvc_seg_close(m[j], &den[j], &num[j]);
-                c[j] = KVC_DIV(num[j], den[j]);
+                    if (i < rows) m = kvc_max(m, s[i][j]);
+                for (int i = 0; i < KVC_SEG; i++)
+                    if (i < rows) kvc_seg_step(m, s[i][j], v[i][j], &den, &num);
+                kvc_seg_close(m, &den, &num);
+                c[j] = KVC_DIV(num, den);
             }
         }
+        if (r0 + KVC_CL_IDX_SLOTS + g < nlive) /* in flight while this round finalises */
+            KVC_CL_IDX_LOAD(s_live[r0 + KVC_CL_IDX_SLOTS + g]);
         /* RMSNorm over 128: levels 1, 2 in the work-item, 3 .. 7 from the slot's 32 partial sums */
         int bad = 0;
         float y[4];
@@ -237,6 +238,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         }
         if (l == 0 && bad) atomic_inc(&s_nonfinite);
     }
+#undef KVC_CL_IDX_LOAD
     barrier(CLK_LOCAL_MEM_FENCE);
     if (q == 0 && nlive) atomic_add(&st->written, nlive);
     if (q == 0 && s_nonfinite) atomic_add(&st->nonfinite, s_nonfinite);
