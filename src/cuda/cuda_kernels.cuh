@@ -771,15 +771,9 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
             seg_add_bias<true>(bias_rows, rows, q, x, bo);
         else if (BIAS && a.score_bias)
             seg_add_bias(a.score_bias, rows, q, x, bo);
-        /* the next output's rows: on the common path, row i loaded as soon
-         * as row i of this one is consumed (in flight during the rest of its
-         * reduction and its finalisation); else after the reduction */
+        const stv st = seg_compute(x, rows);
         const int kk = next_live(k + 1);
-        const bool roll = kk < kn && rows == KVC_SEG && P.pl.vec && !s_masked[kk];
-        const stv st = seg_reduce_rows(x, rows, [&](int i) {
-            if (roll) seg_load_row<true, BF16>(P, &rt, kk * KVC_SEG + i, q, x, i);
-        });
-        if (kk < kn && !roll) load(kk, x); /* in flight while k finalises */
+        if (kk < kn) load(kk, x); /* in flight while k finalises */
 #pragma unroll
         for (int j = 0; j < DPT; j++) cbuf[DPT * q + j] = KVC_DIV(st.n[j], st.d[j]);
         __syncthreads();
