@@ -98,6 +98,13 @@ with tempfile.TemporaryDirectory() as d:
 rc, out, err = run("bench", "--backend", "cpu", "--cases", "reqs=1,tokens=64,C=4,block=4,overlap=1,format=fp8",
                    "--layout", "contig", "--repeat", "1", "--cos-sin", "interleaved")
 check(rc == 0 and "ok" in out, "bench on a spec with engine formats")
+# --numerics fast checks SPEC 7 / 9 conformance of each slot against the
+# reference: head-width-128 slots (132 / 68 bytes) read at their own size
+for fmt in ("indexer_fp8", "indexer_mxfp4"):
+    rc, out, err = run("bench", "--backend", "cpu", "--numerics", "fast", "--cases",
+                       f"reqs=1,tokens=256,C=4,block=4,overlap=1,format={fmt}", "--layout", "contig", "--repeat", "1")
+    row = next((l for l in out.splitlines() if l.startswith("r1_")), "")
+    check(rc == 0 and row.rstrip().endswith(" ok"), f"bench --numerics fast conforms on {fmt} ({row[-60:].strip()})")
 
 rc, out, err = run("verify", "--backend", "cpu", "--random", "6")
 last = out.strip().splitlines()[-1] if out.strip() else ""

@@ -550,14 +550,16 @@ static int compare_rows(kvc_case *c, const uint8_t *ref, char *msg, size_t len) 
 
 /* docs/CONTRACT.md sections 4 and 7 conformance of the case's slots against reference rows (FAST mode). */
 static int conform_rows(kvc_case *c, const uint8_t *ref, char *msg, size_t len) {
-    const int64_t n = c->args.num_outputs;
-    uint8_t *rows = malloc((size_t)(n > 0 ? n : 1) * KVC_SLOT_BYTES);
+    const int64_t n = c->args.num_outputs, sb = kvc_slot_bytes(c->args.nope_format); /* 584, 132 or 68 */
+    uint8_t *rows = malloc((size_t)(n > 0 ? n : 1) * KVC_SLOT_BYTES), row[KVC_SLOT_BYTES];
     if (!rows) {
         snprintf(msg, len, "out of memory");
         return 1;
     }
-    for (int64_t o = 0; o < n; o++)
-        kvc_kit_slot_row(&c->args, c->kv_slot_mapping[c->boundary_token_indices[o]], rows + o * KVC_SLOT_BYTES);
+    for (int64_t o = 0; o < n; o++) { /* rows packed at the format's slot size, as kvc_kit_conforms reads them */
+        kvc_kit_slot_row(&c->args, c->kv_slot_mapping[c->boundary_token_indices[o]], row);
+        memcpy(rows + o * sb, row, (size_t)sb);
+    }
     int64_t differ = 0;
     const int bad = kvc_kit_conforms(rows, ref, n, (int)c->args.nope_format, &differ, msg, len);
     free(rows);
