@@ -66,6 +66,7 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
     std::vector<double> t, tf, tc;
     kvc_args ca; /* the chain floor's view of the call */
     int chain = 0;
+    long long chain_y = 0; /* the chain floor's 8-row chunks an output */
     kvc_device_status s;
     int sms = 132, dev = 0;
     const size_t fbytes = ((size_t)floor_bytes + 15) & ~(size_t)15;
@@ -92,7 +93,8 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
      * every row 4-element aligned; else not measured */
     ca = x.d;
     kvc_resolve_strides(&ca);
-    chain = fbytes && ca.num_outputs > 0 && ca.num_outputs <= 0x7FFFFFFF && ca.state_stride_block % 4 == 0 &&
+    chain_y = (kvc_window_rows(ca.compress_ratio, ca.overlap == KVC_OVERLAP_ON) + CHAIN_ROWS - 1) / CHAIN_ROWS;
+    chain = chain_y <= 65535 && fbytes && ca.num_outputs > 0 && ca.num_outputs <= 0x7FFFFFFF && ca.state_stride_block % 4 == 0 &&
                       ca.state_stride_token % 4 == 0 &&
                       (uintptr_t)ca.state_cache % (ca.state_dtype == KVC_STATE_BFLOAT16 ? 8 : 16) == 0;
     for (int i = -10; i < repeat; i++) { /* 10 warm-up calls; the floors after each call */
@@ -109,10 +111,11 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
         if (chain) {
             flush_l2(0);
             CK(cudaEventRecord(e0, 0));
+            const dim3 grid((unsigned)ca.num_outputs, (unsigned)chain_y);
             if (ca.state_dtype == KVC_STATE_BFLOAT16)
-                chain_kernel<true><<<(unsigned)ca.num_outputs, CHAIN_THREADS>>>(ca, g_floor_sink);
+                chain_kernel<true><<<grid, CHAIN_THREADS>>>(ca, g_floor_sink);
             else
-                chain_kernel<false><<<(unsigned)ca.num_outputs, CHAIN_THREADS>>>(ca, g_floor_sink);
+                chain_kernel<false><<<grid, CHAIN_THREADS>>>(ca, g_floor_sink);
             CK(cudaEventRecord(e1, 0));
             CK(cudaEventSynchronize(e1));
             float cms = 0;

@@ -2,13 +2,14 @@
  * chain_floor.cuh -- the chain floor of a CUDA case: what any kernel of the
  * contract does before it can reduce a window -- output -> boundary token ->
  * (slot, request, position) -> block table -> the window's rows -- with no
- * arithmetic and no write.  One CTA of 256 threads per output: the window's
- * rows resolved at once (a thread a row, 64 rows at a time), then every
- * row's value and score columns read with streaming loads, 8 in flight per
- * thread (the bytes of read_floor.cuh's floor less the slot and the score
- * bias, gathered as the call gathers them).  `kvcompress bench` times it
- * beside the floor: the floor is what bandwidth allows, the chain floor what
- * the index chain's dependent loads allow on top (decode-sized calls).
+ * arithmetic and no write.  A CTA of 256 threads per 8 rows of an output
+ * (grid.y: the window's 8-row chunks): its rows resolved at once (a thread
+ * a row), then every row's value and score columns read with streaming
+ * loads, all in flight together (the bytes of read_floor.cuh's floor less
+ * the slot and the score bias, gathered as the call gathers them).
+ * `kvcompress bench` times it beside the floor: the floor is what bandwidth
+ * allows, the chain floor what the index chain's dependent loads allow on
+ * top (decode-sized calls).
  */
 #ifndef KVC_CHAIN_FLOOR_CUH
 #define KVC_CHAIN_FLOOR_CUH
@@ -16,7 +17,7 @@
 #include "kvc_check.h"
 
 #define CHAIN_THREADS 256
-#define CHAIN_ROWS 64 /* rows resolved at once */
+#define CHAIN_ROWS 8 /* rows a CTA */
 #define CHAIN_BATCH 8 /* loads in flight per thread */
 
 /* 4 elements at element offset o: 16 bytes of float32 or 8 of bf16 */
@@ -33,7 +34,7 @@ template <> struct chain_elem<true> {
 };
 
 /* a: resolved (kvc_resolve_strides), device pointers, head width 128 or
- * 512; one CTA per output */
+ * 512; grid (outputs, chunks of CHAIN_ROWS rows) */
 template <bool BF16>
 __global__ void __launch_bounds__(CHAIN_THREADS) chain_kernel(const kvc_args a, float *sink) {
     typedef chain_elem<BF16> E;
@@ -45,32 +46,30 @@ __global__ void __launch_bounds__(CHAIN_THREADS) chain_kernel(const kvc_args a, 
     const char *state = (const char *)a.state_cache;
     const int t = threadIdx.x, g = t % q, step = CHAIN_THREADS / q;
     float acc = 0.f;
-    for (long long r0 = 0; r0 < rows; r0 += CHAIN_ROWS) {
-        const int n = (int)(rows - r0 < CHAIN_ROWS ? rows - r0 : CHAIN_ROWS);
-        if (t < n) {
-            int vo, so;
-            const long long pos = kvc_window_row(inf.p, a.compress_ratio, ovl, D, r0 + t, &vo, &so);
-            long long blk = -1;
-            if (pos >= 0) blk = a.block_table[inf.r * a.block_table_stride + pos / a.block_size];
-            const int ok = pos >= 0 && blk >= 0 && blk < a.num_blocks;
-            const long long row = ok ? kvc_state_row_offset(&a, blk, pos) : 0;
-            off[2 * t] = ok ? row + vo : -1;
-            off[2 * t + 1] = ok ? row + so : -1;
-        }
-        __syncthreads();
-        for (int h0 = t / q; h0 < 2 * n; h0 += CHAIN_BATCH * step) {
-            typename E::T v[CHAIN_BATCH];
+    const long long r0 = (long long)blockIdx.y * CHAIN_ROWS;
+    const int n = (int)(rows - r0 < CHAIN_ROWS ? rows - r0 : CHAIN_ROWS);
+    if (t < n) {
+        int vo, so;
+        const long long pos = kvc_window_row(inf.p, a.compress_ratio, ovl, D, r0 + t, &vo, &so);
+        long long blk = -1;
+        if (pos >= 0) blk = a.block_table[inf.r * a.block_table_stride + pos / a.block_size];
+        const int ok = pos >= 0 && blk >= 0 && blk < a.num_blocks;
+        const long long row = ok ? kvc_state_row_offset(&a, blk, pos) : 0;
+        off[2 * t] = ok ? row + vo : -1;
+        off[2 * t + 1] = ok ? row + so : -1;
+    }
+    __syncthreads();
+    for (int h0 = t / q; h0 < 2 * n; h0 += CHAIN_BATCH * step) {
+        typename E::T v[CHAIN_BATCH];
 #pragma unroll
-            for (int u = 0; u < CHAIN_BATCH; u++) {
-                const int h = h0 + u * step;
-                const long long o = h < 2 * n ? off[h] : -1;
-                if (o >= 0) v[u] = E::load(state, o + 4 * g);
-                else memset(&v[u], 0, sizeof v[u]);
-            }
-#pragma unroll
-            for (int u = 0; u < CHAIN_BATCH; u++) acc += E::sum(v[u]);
+        for (int u = 0; u < CHAIN_BATCH; u++) {
+            const int h = h0 + u * step;
+            const long long o = h < 2 * n ? off[h] : -1;
+            if (o >= 0) v[u] = E::load(state, o + 4 * g);
+            else memset(&v[u], 0, sizeof v[u]);
         }
-        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < CHAIN_BATCH; u++) acc += E::sum(v[u]);
     }
     if (acc == 1234.5f) *sink = acc; /* keeps the loads */
 }
