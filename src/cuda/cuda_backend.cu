@@ -199,9 +199,12 @@ typedef void (*many_fn)(const many_params);
 static const many_fn kManyKernels[2][2] = {
     {kvc_cuda_d2::segment1_many_kernel<false>, kvc_cuda_d2::segment1_many_kernel<true>},
     {kvc_cuda_d2f::segment1_many_kernel<false>, kvc_cuda_d2f::segment1_many_kernel<true>}};
-static const kernel_fn kIndexerKernels[2][2] = {
-    {kvc_cuda_d2::indexer_kernel<false>, kvc_cuda_d2::indexer_kernel<true>},
-    {kvc_cuda_d2f::indexer_kernel<false>, kvc_cuda_d2f::indexer_kernel<true>}};
+/* [fast][bf16][score bias] */
+static const kernel_fn kIndexerKernels[2][2][2] = {
+    {{kvc_cuda_d2::indexer_kernel<false, false>, kvc_cuda_d2::indexer_kernel<false, true>},
+     {kvc_cuda_d2::indexer_kernel<true, false>, kvc_cuda_d2::indexer_kernel<true, true>}},
+    {{kvc_cuda_d2f::indexer_kernel<false, false>, kvc_cuda_d2f::indexer_kernel<false, true>},
+     {kvc_cuda_d2f::indexer_kernel<true, false>, kvc_cuda_d2f::indexer_kernel<true, true>}}};
 /* [fast][log2 chunks][variant]: float32 state with any token stride or
  * 1024 (dense), the same with a bf16 state, then a score bias (any stride)
  * on float32 and bf16 states */
@@ -649,8 +652,8 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);
     if (sp->indexer) { /* head width 128, one-segment windows: a warp per output */
-        kIndexerKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16]<<<(unsigned)blocks, ks::kIdxWarps * 32, 0,
-                                                                         stream>>>(P);
+        kIndexerKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16][a->score_bias != NULL]
+            <<<(unsigned)blocks, ks::kIdxWarps * 32, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
