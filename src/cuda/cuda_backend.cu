@@ -163,8 +163,6 @@ __global__ void __launch_bounds__(512) general_kernel(const launch_params P) {
     general_body(P, blockIdx.x, scs);
 }
 
-
-
 /* Every kernel this backend launches, one entry each: the reachable
  * (kernel, numerics, dims per thread, body) combinations and nothing else.
  * The main kernel compress_kernel<KF> has one reduction body of KF full

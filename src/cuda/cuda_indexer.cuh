@@ -10,8 +10,10 @@
  * index checks at once (thread k: output k), then their 8 K rows (a thread
  * a row, each row's block checked); then warp w reduces and finalises
  * outputs w, w + IDX_WARPS, ... in turn, the next one's loads in flight
- * during the current one's finalisation.  Same bytes as the general body
- * (kvc_general.h) and the CPU's kvc_finalize_indexer.
+ * during the current one's finalisation (with a bf16 state or a score
+ * bias, from the moment each row of the current one is consumed).  Same
+ * bytes as the general body (kvc_general.h) and the CPU's
+ * kvc_finalize_indexer.
  *
  * Included by cuda_kernels.cuh for DPT = 2 (namespaces kvc_cuda_d2 and
  * kvc_cuda_d2f: FASTNUM 0 / 1).
@@ -37,7 +39,9 @@ struct idx_cta {
  * and -Inf. */
 template <bool BF16> struct idx_raw {
     typedef float4 T;
-    static __device__ __forceinline__ float get(const T &u, int j) { return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w; }
+    static __device__ __forceinline__ float get(const T &u, int j) {
+        return j == 0 ? u.x : j == 1 ? u.y : j == 2 ? u.z : u.w;
+    }
     static __device__ __forceinline__ T masked(float f) { return make_float4(f, f, f, f); }
 };
 template <> struct idx_raw<true> {
@@ -62,7 +66,8 @@ __device__ __forceinline__ typename idx_raw<BF16>::T idx_load4(const float *stat
     if constexpr (BF16) {
         const unsigned short *h = reinterpret_cast<const unsigned short *>(state) + off;
         if (vec) return __ldcs(reinterpret_cast<const uint2 *>(h) + lane);
-        return make_uint2(h[4 * lane] | (unsigned)h[4 * lane + 1] << 16, h[4 * lane + 2] | (unsigned)h[4 * lane + 3] << 16);
+        return make_uint2(h[4 * lane] | (unsigned)h[4 * lane + 1] << 16,
+                          h[4 * lane + 2] | (unsigned)h[4 * lane + 3] << 16);
     } else {
         if (vec) return KVC_LD(reinterpret_cast<const float4 *>(state + off) + lane);
         const float *f = state + off + 4 * lane;
@@ -79,7 +84,8 @@ __device__ __forceinline__ void idx_load_row(const launch_params &P, const idx_c
     if (off >= 0) {
         const int vec = (int)P.pl.vec;
         x.v[i] = idx_load4<BF16>(P.a.state_cache, off, lane, vec);
-        x.s[i] = idx_load4<BF16>(P.a.state_cache, off + kvc_score_delta(P.a.overlap == KVC_OVERLAP_ON, 128), lane, vec);
+        x.s[i] = idx_load4<BF16>(P.a.state_cache, off + kvc_score_delta(P.a.overlap == KVC_OVERLAP_ON, 128), lane,
+                                 vec);
     } else {
         x.v[i] = R::masked(0.0f);
         x.s[i] = R::masked(KVC_NEG_INF);
@@ -175,11 +181,11 @@ __device__ int idx_finalize(const kvc_args &a, const float c[4], const float w[4
 }
 
 /* BF16: a bf16 state (SPEC 10).  BIAS: a score bias is added where
- * P.a.score_bias is set.  With either, row i of a warp's next output is
- * loaded as soon as row i of the current one is consumed, in flight during
- * the rest of its reduction (one H100, 4 x 131072: bf16 x_floor 2.53 ->
- * 1.81, bias 1.37 -> 1.26); a float32 state without a bias loads it after
- * the reduction (rolled, it measured 3% slower). */
+ * P.a.score_bias is set.  With either (ROLL), row i of a warp's next output
+ * is loaded as soon as row i of the current one is consumed, in flight
+ * during the rest of its reduction; a float32 state without a bias, whose
+ * reduction is shorter and whose registers are full, loads it after the
+ * reduction (rolled, it measured slower). */
 template <bool BF16, bool BIAS>
 __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned cta) {
     constexpr bool ROLL = BF16 || BIAS;
