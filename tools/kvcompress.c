@@ -551,7 +551,7 @@ static int compare_rows(kvc_case *c, const uint8_t *ref, char *msg, size_t len) 
 /* docs/CONTRACT.md sections 4 and 7 conformance of the case's slots against reference rows (FAST mode). */
 static int conform_rows(kvc_case *c, const uint8_t *ref, char *msg, size_t len) {
     const int64_t n = c->args.num_outputs, sb = kvc_slot_bytes(c->args.nope_format); /* 584, 132 or 68 */
-    uint8_t *rows = malloc((size_t)(n > 0 ? n : 1) * KVC_SLOT_BYTES), row[KVC_SLOT_BYTES];
+    uint8_t *rows = malloc((size_t)((n > 0 ? n : 1) * sb)), row[KVC_SLOT_BYTES];
     if (!rows) {
         snprintf(msg, len, "out of memory");
         return 1;
