@@ -1,6 +1,6 @@
 /*
  * test_ptx_tune.c -- the OpenCL backend's PTX text edits (src/opencl/ptx_tune.c)
- * on a small PTX program with three entries: each edit lands in the named
+ * on a small PTX program with four entries: each edit lands in the named
  * entry only, in the right place, and changes nothing else.  Needs no
  * OpenCL runtime (CI runs it everywhere).
  */
@@ -21,7 +21,10 @@ static const char *kPtx =
     ".entry kvc_compress_small(\n\t.param .u64 kvc_compress_small_param_0\n)\n.reqntid 256, 1, 1\n{\n"
     "\tld.global.f32 %f1, [%rd1];\n\tret;\n}\n\n"
     ".entry kvc_compress_wide(\n\t.param .u64 kvc_compress_wide_param_0\n)\n.reqntid 512, 1, 1\n{\n"
-    "\tld.global.f32 %f1, [%rd1];\n\tld.global.f32 %f2, [%rd4];\n\tret;\n}\n";
+    "\tld.global.f32 %f1, [%rd1];\n\tld.global.f32 %f2, [%rd4];\n\tret;\n}\n\n"
+    ".entry kvc_compress_indexer(\n\t.param .u64 kvc_compress_indexer_param_0\n)\n.reqntid 256, 1, 1\n{\n"
+    "\tld.global.v4.f32 {%f1, %f2, %f3, %f4}, [%rd1];\n\tld.global.v2.u32 {%r1, %r2}, [%rd2];\n"
+    "\tld.global.f32 %f5, [%rd3];\n\tret;\n}\n";
 
 static char *dup(const char *s) {
     char *d = malloc(strlen(s) + 1);
@@ -75,7 +78,7 @@ static void test_minb(void) {
 static void test_streaming(void) {
     const int level = 1;
     int done = 0;
-    char *p = kvc_ptx_streaming(dup(kPtx), "kvc_compress_kernel", &done);
+    char *p = kvc_ptx_streaming(dup(kPtx), "kvc_compress_kernel", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
     const char *f32 = "ld.global.cs.f32", *v2 = "ld.global.cs.v2.f32";
     TU_CHECK(done == 1, "cs%d: not applied", level);
     char *k = span(p, "kvc_compress_kernel"), *s = span(p, "kvc_compress_small"), *w = span(p, "kvc_compress_wide");
@@ -86,13 +89,27 @@ static void test_streaming(void) {
     free(k);
     free(s);
     free(w);
-    /* the wide entry too, then every f32 load outside the small kernel is streaming */
-    p = kvc_ptx_streaming(p, "kvc_compress_wide", &done);
-    TU_CHECK(count(p, "ld.global.f32") == 1 && count(p, f32) == 3, "cs%d: wide: %d plain, %d streaming", level,
+    /* the wide entry too, then every f32 load outside the small kernel and the indexer is streaming */
+    p = kvc_ptx_streaming(p, "kvc_compress_wide", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
+    TU_CHECK(count(p, "ld.global.f32") == 2 && count(p, f32) == 3, "cs%d: wide: %d plain, %d streaming", level,
              count(p, "ld.global.f32"), count(p, f32));
     free(p);
+    /* only the forms asked for: the indexer's 16- and 8-byte rows, not its f32 load */
     done = 0;
-    p = kvc_ptx_streaming(dup(kPtx), "kvc_compress_missing", &done);
+    p = kvc_ptx_streaming(dup(kPtx), "kvc_compress_indexer", KVC_PTX_LD_V4F32 | KVC_PTX_LD_V2U32, &done);
+    char *x = span(p, "kvc_compress_indexer");
+    TU_CHECK(done == 1 && count(x, "ld.global.cs.v4.f32") == 1 && count(x, "ld.global.cs.v2.u32") == 1 &&
+                 count(x, "ld.global.f32 %f5") == 1 && count(p, "ld.global.cs.f32") == 0,
+             "cs: indexer forms:\n%s", x);
+    free(x);
+    free(p);
+    /* no form asked for: unchanged, not done */
+    done = 0;
+    p = kvc_ptx_streaming(dup(kPtx), "kvc_compress_kernel", 0, &done);
+    TU_CHECK(done == 0 && strcmp(p, kPtx) == 0, "cs: an empty mask changed the text");
+    free(p);
+    done = 0;
+    p = kvc_ptx_streaming(dup(kPtx), "kvc_compress_missing", KVC_PTX_LD_F32, &done);
     TU_CHECK(done == 0 && strcmp(p, kPtx) == 0, "cs: a missing entry changed the text");
     free(p);
 }

@@ -11,32 +11,44 @@
  * The finaliser's exchanges go through local memory: a work-item reads its
  * slot's 32 partial values after one barrier and combines them in the
  * canonical order itself (the same pairwise tree, no tree of barriers);
- * the rotation's five cross-item stages take a barrier each.  Same bytes
- * as kvc_finalize_indexer (kvc_canon.h).  Loop forms only (PoCL: see
- * KVC_CL_STRAIGHT in kvc_kernel.cl).
+ * the rotation's five cross-item stages take a barrier each.  On NVIDIA's
+ * driver (KVC_CL_NV_SHFL) they are warp shuffles instead, and the slots
+ * run on without barriers.  Same bytes as kvc_finalize_indexer
+ * (kvc_canon.h).  Loop forms only (PoCL: see KVC_CL_STRAIGHT in
+ * kvc_kernel.cl).
  */
 #define KVC_CL_IDX_SLOTS 8
+#ifndef KVC_CL_IDX_K
+#define KVC_CL_IDX_K 96 /* outputs per work-group at most: the host passes KVC_OPENCL_IDX_K */
+#endif
 
-/* Row half at element offset off, dims 4l .. 4l + 3, as binary32; vec:
- * every row offset a multiple of 4 elements (buffers start aligned). */
+/* Row half at element offset off, dims 4l .. 4l + 3: binary32, or bf16 as
+ * loaded (o[0], o[1]: the bits of dims 4l, 4l + 1 and 4l + 2, 4l + 3,
+ * widened by idx_widen where they are used: a widening right after the
+ * load would stall the work-item on it); vec: every row offset a multiple
+ * of 4 elements (buffers start aligned). */
 static inline void idx_ld4(__global const float *state, long off, int l, int bf16, int vec, float *o) {
     if (bf16) {
         __global const ushort *b = (__global const ushort *)state + off + 4 * l;
-        if (vec) {
-            const uint2 u = *(__global const uint2 *)b;
-            o[0] = as_float(u.x << 16);
-            o[1] = as_float(u.x & 0xFFFF0000u);
-            o[2] = as_float(u.y << 16);
-            o[3] = as_float(u.y & 0xFFFF0000u);
-        } else {
-            for (int j = 0; j < 4; j++) o[j] = kvc_bf16_to_f32(b[j]);
-        }
+        const uint2 u = vec ? *(__global const uint2 *)b
+                            : (uint2)(b[0] | (uint)b[1] << 16, b[2] | (uint)b[3] << 16);
+        o[0] = as_float(u.x);
+        o[1] = as_float(u.y);
     } else if (vec) {
         const float4 f = ((__global const float4 *)(state + off))[l];
         o[0] = f.x, o[1] = f.y, o[2] = f.z, o[3] = f.w;
     } else {
         for (int j = 0; j < 4; j++) o[j] = state[off + 4 * l + j];
     }
+}
+
+/* A row half loaded as bf16 (idx_ld4) widened in place to binary32 (exact). */
+static inline void idx_widen(float *o) {
+    const uint lo = as_uint(o[0]), hi = as_uint(o[1]);
+    o[0] = as_float(lo << 16);
+    o[1] = as_float(lo & 0xFFFF0000u);
+    o[2] = as_float(hi << 16);
+    o[3] = as_float(hi & 0xFFFF0000u);
 }
 
 /* A window's rows at row offsets ro[i] (< 0: masked, value 0 and score -Inf).
@@ -50,6 +62,9 @@ static inline void idx_load(__global const float *state, const long *ro, long sd
         if (off >= 0) {
             idx_ld4(state, off, l, bf16, vec, v[i]);
             idx_ld4(state, off + sdelta, l, bf16, vec, s[i]);
+        } else if (bf16) { /* 0 and -Inf as bf16 pairs */
+            v[i][0] = v[i][1] = as_float(0u);
+            s[i][0] = s[i][1] = as_float(0xFF80FF80u);
         } else {
             for (int j = 0; j < 4; j++) v[i][j] = 0.0f, s[i][j] = KVC_NEG_INF;
         }
@@ -66,12 +81,35 @@ static inline float idx_sum32(__local const float *p) {
     return a[0];
 }
 
+#ifdef KVC_CL_NV_SHFL
+/* NVIDIA's OpenCL (the host defines KVC_CL_NV_SHFL for it): a slot's 32
+ * work-items are one warp, so the finaliser's exchanges are warp shuffles
+ * (PTX shfl.sync, full mask: every exchange is reached by the whole slot)
+ * and the slots run on without work-group barriers, as the CUDA kernel's
+ * warps do.  Same operands in the same order as the local-memory form. */
+static inline float nv_shfl_bfly(float v, int m) {
+    uint r;
+    __asm__ volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(v)), "r"(m));
+    return as_float(r);
+}
+static inline float nv_shfl_down(float v, int d) {
+    uint r;
+    __asm__ volatile("shfl.sync.down.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(v)), "r"(d));
+    return as_float(r);
+}
+static inline float nv_shfl_idx(float v, int src) {
+    uint r;
+    __asm__ volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(as_uint(v)), "r"(src));
+    return as_float(r);
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_indexer(KVC_CL_KERNEL_ARGS,
                                                                                            __global const float *bias) {
-    __local long rowoff[KVC_CL_SMALL_K * KVC_SEG], boff[KVC_CL_SMALL_K * KVC_SEG];
-    __local long s_po[KVC_CL_SMALL_K], s_so[KVC_CL_SMALL_K], s_pc[KVC_CL_SMALL_K], s_r[KVC_CL_SMALL_K],
-        s_p[KVC_CL_SMALL_K], s_badg[KVC_CL_SMALL_K];
-    __local int s_ok[KVC_CL_SMALL_K], s_bad[KVC_CL_SMALL_K], s_live[KVC_CL_SMALL_K], s_nlive, s_nonfinite;
+    __local long rowoff[KVC_CL_IDX_K * KVC_SEG], boff[KVC_CL_IDX_K * KVC_SEG];
+    __local long s_po[KVC_CL_IDX_K], s_so[KVC_CL_IDX_K], s_pc[KVC_CL_IDX_K], s_r[KVC_CL_IDX_K], s_p[KVC_CL_IDX_K],
+        s_badg[KVC_CL_IDX_K];
+    __local int s_ok[KVC_CL_IDX_K], s_bad[KVC_CL_IDX_K], s_live[KVC_CL_IDX_K], s_nlive, s_nonfinite;
     __local float sq[KVC_CL_IDX_SLOTS][32], am[KVC_CL_IDX_SLOTS][32], rot[2][KVC_CL_IDX_SLOTS][128];
     __local int bd[KVC_CL_IDX_SLOTS][32];
     const int q = (int)get_local_id(0), l = q % 32, g = q / 32;
@@ -150,6 +188,12 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
                 for (int t = 0; t < 2; t++)
                     kvc_cos_sin(cos_sin + s_pc[k] * sh.cos_sin_stride, il, 2 * (l - 16) + t, &cs[2 * t],
                                 &cs[2 * t + 1]);
+            if (bf16)
+                for (int i = 0; i < KVC_SEG; i++)
+                    if (i < rows) {
+                        idx_widen(v[i]);
+                        idx_widen(s[i]);
+                    }
             if (sh.score_bias_stride)
                 for (int i = 0; i < KVC_SEG; i++) {
                     const long b = i < rows ? boff[KVC_SEG * k + i] : -1;
@@ -175,9 +219,16 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
             bad |= kvc_nonfinite(c[j]);
             y[j] = KVC_MUL(c[j], c[j]);
         }
+#ifdef KVC_CL_NV_SHFL
+        float ss = KVC_ADD(KVC_ADD(y[0], y[1]), KVC_ADD(y[2], y[3]));
+        for (int h = 1; h < 32; h <<= 1) ss = KVC_ADD(ss, nv_shfl_down(ss, h)); /* idx_sum32's tree, in lane 0 */
+        ss = nv_shfl_idx(ss, 0);
+#else
         sq[g][l] = KVC_ADD(KVC_ADD(y[0], y[1]), KVC_ADD(y[2], y[3]));
         barrier(CLK_LOCAL_MEM_FENCE);
-        const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(idx_sum32(sq[g]), KVC_INV128), sh.rms_norm_eps)));
+        const float ss = idx_sum32(sq[g]);
+#endif
+        const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(ss, KVC_INV128), sh.rms_norm_eps)));
         for (int j = 0; j < 4; j++) {
             y[j] = kvc_rms_apply(c[j], rr, w[j]);
             bad |= kvc_nonfinite(y[j]);
@@ -198,10 +249,15 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
                         y[j + h] = KVC_SUB(a, b);
                     }
             for (int m = 1, buf = 0; m < 32; m <<= 1, buf ^= 1) {
+#ifdef KVC_CL_NV_SHFL
+                for (int j = 0; j < 4; j++) {
+                    const float b = nv_shfl_bfly(y[j], m);
+#else
                 for (int j = 0; j < 4; j++) rot[buf][g][4 * l + j] = y[j];
                 barrier(CLK_LOCAL_MEM_FENCE);
                 for (int j = 0; j < 4; j++) {
                     const float b = rot[buf][g][4 * (l ^ m) + j];
+#endif
                     y[j] = (l & m) ? KVC_SUB(b, y[j]) : KVC_ADD(y[j], b);
                 }
             }
@@ -213,12 +269,20 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
             bad |= kvc_nope_bf16(y[j], &y[j]);
             amax = kvc_max(amax, y[j] < 0.0f ? -y[j] : y[j]);
         }
+        const int mx = fmt == KVC_FMT_MXFP4;
+#ifdef KVC_CL_NV_SHFL
+        for (int m = 1; m < 32; m <<= 1) {
+            bad |= as_int(nv_shfl_bfly(as_float(bad), m));
+            if (m < 8 || !mx) amax = kvc_max(amax, nv_shfl_bfly(amax, m));
+        }
+#else
         am[g][l] = amax;
         bd[g][l] = bad;
         barrier(CLK_LOCAL_MEM_FENCE);
-        const int mx = fmt == KVC_FMT_MXFP4, lo = mx ? l & ~7 : 0, hi = mx ? lo + 8 : 32;
+        const int lo = mx ? l & ~7 : 0, hi = mx ? lo + 8 : 32;
         for (int i = 0; i < 32; i++) bad |= bd[g][i];
         for (int i = lo; i < hi; i++) amax = kvc_max(amax, am[g][i]);
+#endif
         if (!on) continue;
         __global uchar *payload = kv + s_po[k], *scales = kv + s_so[k];
         if (!mx) {

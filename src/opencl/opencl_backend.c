@@ -132,8 +132,10 @@ static int build_log_on(void) {
  * (2-dims kernel); ".L2::256B" on top gained nothing.
  *
  * The directives (opencl_tuning.h): the wide kernel at .minnctapersm 2, the
- * one-segment kernel at 3, the slice kernels at 4, the 2-dims kernel as
- * built; .cs loads in the 2-dims, wide and slice kernels.  Any failure
+ * one-segment kernel at 3, the slice kernels at 4, the indexer kernel at 2,
+ * the 2-dims kernel as built; .cs loads in the 2-dims, wide and slice
+ * kernels, and the indexer's 16- and 8-byte state row loads (not its score
+ * bias: evict-first made a bias row a DRAM read per output).  Any failure
  * keeps the program as built.
  */
 static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
@@ -157,12 +159,15 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         /* (each edit stays inside its own entry) */
         bin = kvc_ptx_minb(bin, "kvc_compress_wide", KVC_OPENCL_NV_MINB_WIDE, &done);
         bin = kvc_ptx_minb(bin, "kvc_compress_small", KVC_OPENCL_SMALL_SLOTS, &done);
-        bin = kvc_ptx_streaming(bin, "kvc_compress_kernel", &done);
-        bin = kvc_ptx_streaming(bin, "kvc_compress_wide", &done);
+        bin = kvc_ptx_streaming(bin, "kvc_compress_kernel", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_compress_wide", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_minb(bin, "kvc_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_minb(bin, "kvc_slice_dense", KVC_OPENCL_NV_MINB_SLICE, &done);
-        bin = kvc_ptx_streaming(bin, "kvc_slice", &done);
-        bin = kvc_ptx_streaming(bin, "kvc_slice_dense", &done);
+        bin = kvc_ptx_streaming(bin, "kvc_slice", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_slice_dense", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
+        bin = kvc_ptx_minb(bin, "kvc_compress_indexer", KVC_OPENCL_IDX_SLOTS, &done);
+        /* (the indexer's state rows only: its bias and cos / sin loads are scalar) */
+        bin = kvc_ptx_streaming(bin, "kvc_compress_indexer", KVC_PTX_LD_V4F32 | KVC_PTX_LD_V2U32, &done);
     }
     if (!done) {
         free(bin);
@@ -216,13 +221,25 @@ static kvc_status entry_make_locked(cl_context ctx, cl_device_id dev, cl_entry *
     if (gpu) strcat(opts, " -DKVC_CL_STRAIGHT=1");
     /* a correctly rounded fma (kvc_canon.h: KVC_SUB_K_LN2_HI, same bits) */
     if (fp & CL_FP_FMA) strcat(opts, " -DKVC_CL_FMA=1");
-    snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " -DKVC_CL_MAX_CH=%d -DKVC_CL_SMALL_K=%d",
-             KVC_OPENCL_MAX_CH, KVC_OPENCL_SMALL_K);
+    snprintf(opts + strlen(opts), sizeof opts - strlen(opts),
+             " -DKVC_CL_MAX_CH=%d -DKVC_CL_SMALL_K=%d -DKVC_CL_IDX_K=%d", KVC_OPENCL_MAX_CH, KVC_OPENCL_SMALL_K,
+             KVC_OPENCL_IDX_K);
 #ifdef KVC_TEST_HOOKS /* (an option such as -cl-fast-relaxed-math would change the bytes) */
     const char *extra = getenv("KVC_OPENCL_BUILD_OPTIONS");
     if (extra && *extra) snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " %s", extra);
 #endif
+    /* NVIDIA: the indexer kernel's exchanges as warp shuffles (inline PTX,
+     * kvc_indexer.cl); a driver that rejects them builds the portable form */
+    char vendor[64] = "";
+    clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
+    const size_t nv_at = strstr(vendor, "NVIDIA") ? strlen(opts) : 0;
+    if (nv_at) strcat(opts, " -DKVC_CL_NV_SHFL=1");
     err = clBuildProgram(prog, 1, &dev, opts, NULL, NULL);
+    if (err != CL_SUCCESS && nv_at) {
+        if (build_log_on()) fprintf(stderr, "kvcompress: OpenCL build with warp shuffles failed (%d)\n", (int)err);
+        opts[nv_at] = 0;
+        err = clBuildProgram(prog, 1, &dev, opts, NULL, NULL);
+    }
     if (build_log_on()) {
         char log[8192] = "";
         clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
@@ -469,7 +486,12 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
             return st;
         call_bufs(a, status, ws->states, ws->tickets, bufs);
     }
-    if (indexer) { /* K outputs a group of 256, 8 at once */
+    if (indexer) { /* K outputs a group of 256, 8 at once, whole waves of KVC_OPENCL_IDX_SLOTS groups a unit */
+        const kvc_plan_policy ipol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH,
+                                      (long long)KVC_OPENCL_IDX_SLOTS * ent->units, KVC_OPENCL_IDX_K, 0};
+        kvc_plan_make(a->num_outputs, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &ipol, &pl);
+        pl.out_base = out_base;
+        pl.keep_status = keep;
         /* 16-byte (bf16: 8-byte) row loads: buffers start aligned, every row offset a multiple of 4 elements */
         pl.vec = a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0;
         return enqueue(q, ent->k[K_INDEXER], &sh, &pl, bufs, 13, pl.groups, 256);

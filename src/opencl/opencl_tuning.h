@@ -28,6 +28,12 @@
 /* NVIDIA: .minnctapersm for the slice kernels (4 groups of 256 per SM:
  * <= 64 registers; 3 was 8% slower at 131k tokens) */
 #define KVC_OPENCL_NV_MINB_SLICE 4
+/* indexer kernel: outputs per work-group at most (KVC_CL_IDX_K) and groups
+ * per compute unit the waves are balanced for, on NVIDIA held resident by
+ * .minnctapersm (<= 128 registers; the one-segment kernel's 3 groups of
+ * 32 outputs, as built, were slower at every C4 size) */
+#define KVC_OPENCL_IDX_K 96
+#define KVC_OPENCL_IDX_SLOTS 2
 
 /* per-queue workspaces and per-context programs kept before the least
  * recently used are freed (a program rebuilds in about a second) */

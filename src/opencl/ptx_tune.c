@@ -39,15 +39,17 @@ char *kvc_ptx_minb(char *ptx, const char *entry, int n, int *done) {
     return out;
 }
 
-char *kvc_ptx_streaming(char *ptx, const char *entry, int *done) {
+char *kvc_ptx_streaming(char *ptx, const char *entry, int forms, int *done) {
     const char *at, *end;
     if (!entry_span(ptx, entry, &at, &end)) return ptx;
-    static const char *from[2] = {"ld.global.f32", "ld.global.v2.f32"};
-    static const char *to[2] = {"ld.global.cs.f32", "ld.global.cs.v2.f32"};
+    enum { NF = 4 }; /* form k: mask bit 1 << k */
+    static const char *from[NF] = {"ld.global.f32", "ld.global.v2.f32", "ld.global.v4.f32", "ld.global.v2.u32"};
+    static const char *to[NF] = {"ld.global.cs.f32", "ld.global.cs.v2.f32", "ld.global.cs.v4.f32",
+                                 "ld.global.cs.v2.u32"};
     size_t n = 0;
     for (const char *p = at; p < end; p++)
-        for (int k = 0; k < 2; k++)
-            if (!strncmp(p, from[k], strlen(from[k]))) n++;
+        for (int k = 0; k < NF; k++)
+            if ((forms >> k & 1) && !strncmp(p, from[k], strlen(from[k]))) n++;
     if (n == 0) return ptx;
     const size_t grow = strlen(".cs"); /* what each edit adds */
     char *out = malloc(strlen(ptx) + grow * n + 1);
@@ -55,8 +57,8 @@ char *kvc_ptx_streaming(char *ptx, const char *entry, int *done) {
     char *w = out;
     for (const char *p = ptx; *p;) {
         int hit = -1;
-        for (int k = 0; k < 2 && p >= at && p < end; k++)
-            if (!strncmp(p, from[k], strlen(from[k]))) hit = k;
+        for (int k = 0; k < NF && p >= at && p < end; k++)
+            if ((forms >> k & 1) && !strncmp(p, from[k], strlen(from[k]))) hit = k;
         if (hit < 0) {
             *w++ = *p++;
             continue;

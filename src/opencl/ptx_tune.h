@@ -22,14 +22,21 @@
  */
 KVC_HIDDEN char *kvc_ptx_minb(char *ptx, const char *entry, int n, int *done);
 
+/* The global load forms kvc_ptx_streaming edits (a mask). */
+#define KVC_PTX_LD_F32 1   /* ld.global.f32    */
+#define KVC_PTX_LD_V2F32 2 /* ld.global.v2.f32 */
+#define KVC_PTX_LD_V4F32 4 /* ld.global.v4.f32 */
+#define KVC_PTX_LD_V2U32 8 /* ld.global.v2.u32 */
+
 /**
- * In the body of `.entry entry(` (up to the next ".entry"), make the f32
- * and v2.f32 global loads streaming (evict-first): "ld.global.f32" ->
- * "ld.global.cs.f32", the same for ".v2".
+ * In the body of `.entry entry(` (up to the next ".entry"), make the global
+ * loads of the forms in `forms` (KVC_PTX_LD_*) streaming (evict-first):
+ * "ld.global.f32" -> "ld.global.cs.f32", the same for the others.
  *
  * @param ptx, entry, done  as for kvc_ptx_minb
+ * @param forms  the load forms to edit
  * @return as for kvc_ptx_minb
  */
-KVC_HIDDEN char *kvc_ptx_streaming(char *ptx, const char *entry, int *done);
+KVC_HIDDEN char *kvc_ptx_streaming(char *ptx, const char *entry, int forms, int *done);
 
 #endif
