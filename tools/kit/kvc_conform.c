@@ -1,8 +1,9 @@
 /*
  * kvc_conform.c -- the conformance matrix (like ggml's test-backend-ops): one
- * backend over the golden cases, random shapes and the GPU-path shapes, each
- * case byte for byte against the CPU backend on an identically poisoned KV
- * cache (the written slots and every byte that must stay untouched), and the
+ * backend over the golden cases, random shapes, the GPU-path shapes and
+ * DeepSeek-V4's indexer shapes, each case byte for byte against the CPU
+ * backend on an identically poisoned KV cache (the written slots and every
+ * byte that must stay untouched), and the
  * golden cases also against their canonical bytes and, where the statement's
  * reference exists, its SPEC 4 / 7 conformance.  tests/test_backends.c and
  * `kvcompress verify` both run it.
@@ -213,6 +214,17 @@ static const char *const k_many[][3] = {
     {"reqs=3,tokens=777,C=4,block=4,overlap=1,kv_block=64", "reqs=2,tokens=2000,C=1000,block=16", NULL},
 };
 
+/* DeepSeek-V4's indexer shapes (SPEC 9, 10) that the random draws rarely
+ * combine: a bf16 state and a score bias at head width 128 with windows of
+ * one segment, the masked rows of each request's first windows, and more
+ * outputs than a GPU work-group takes in one round. */
+static const char *const k_specs[] = {
+    "reqs=3,tokens=777,C=4,block=4,overlap=1,format=indexer_fp8,state=bf16,layout=shuffle",
+    "reqs=3,tokens=777,C=4,block=3,overlap=1,format=indexer_mxfp4,rotate=1,state=bf16,bias=1,layout=shuffle",
+    "reqs=2,tokens=500,C=8,block=5,format=indexer_mxfp4,state=bf16,layout=contig",
+    "reqs=3,tokens=777,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,cos_sin=interleaved,layout=shuffle",
+};
+
 int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
     memset(r, 0, sizeof *r);
     char msg[512];
@@ -282,6 +294,20 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
             c.kv_slot_mapping[c.boundary_token_indices[1]] = -1;
         if (!bad) bad = one_case(o, &c, 11 + (uint64_t)i, msg, sizeof msg);
         report(o, r, bad, "path", name, msg);
+        if (c.state_cache) kvc_case_free(&c);
+    }
+    for (int i = 0; i < (int)(sizeof k_specs / sizeof k_specs[0]); i++) {
+        kvc_case_params p;
+        kvc_case c;
+        memset(&c, 0, sizeof c);
+        msg[0] = 0;
+        int bad = kvc_kit_parse_spec(k_specs[i], &p, msg, sizeof msg) != 0;
+        if (!bad && kvc_case_generate(&p, 0, &c) != KVC_OK) {
+            snprintf(msg, sizeof msg, "generate: %.300s", kvc_last_error_message());
+            bad = 1;
+        }
+        if (!bad) bad = one_case(o, &c, 17 + (uint64_t)i, msg, sizeof msg);
+        report(o, r, bad, "spec", k_specs[i], msg);
         if (c.state_cache) kvc_case_free(&c);
     }
     for (int i = 0; i < (int)(sizeof k_many / sizeof k_many[0]); i++) {
