@@ -194,12 +194,12 @@ __device__ __forceinline__ int seg_rows(const launch_params &P, long long sg) {
  * all 16 loads issue back to back (the generic path spent ~25 instructions
  * per row on them).  Scores at value + 512 (no overlap), or, with
  * SCORES_FROM_TABLE, at the table's soff (overlap rows: the small kernel). */
-template <bool SCORES_FROM_TABLE = false, bool BF16 = false, class RT>
+template <bool SCORES_FROM_TABLE = false, class RT>
 __device__ __forceinline__ void seg_load_row(const launch_params &P, const RT *rt, int lr, int q, seg_data &x, int i) {
     const float *base = P.a.state_cache;
     const long long vo = rt->voff[lr], so = SCORES_FROM_TABLE ? rt->soff[lr] : vo + 512;
     if constexpr (DPT == 2) {
-        const float2 a = ld_state2<BF16>(base, vo, q), b = ld_state2<BF16>(base, so, q);
+        const float2 a = ld_state2<false>(base, vo, q), b = ld_state2<false>(base, so, q);
         x.v[i][0] = a.x;
         x.v[i][DPT - 1] = a.y;
         x.s[i][0] = b.x;
@@ -209,10 +209,10 @@ __device__ __forceinline__ void seg_load_row(const launch_params &P, const RT *r
         x.s[i][0] = __ldcs(base + so + q);
     }
 }
-template <bool SCORES_FROM_TABLE = false, bool BF16 = false, class RT>
+template <bool SCORES_FROM_TABLE = false, class RT>
 __device__ __forceinline__ void seg_load_full(const launch_params &P, const RT *rt, int lr, int q, seg_data &x) {
 #pragma unroll
-    for (int i = 0; i < KVC_SEG; i++) seg_load_row<SCORES_FROM_TABLE, BF16>(P, rt, lr + i, q, x, i);
+    for (int i = 0; i < KVC_SEG; i++) seg_load_row<SCORES_FROM_TABLE>(P, rt, lr + i, q, x, i);
 }
 
 /*
@@ -669,6 +669,58 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
  */
 #define SMALL_MINB KVC_CUDA_SMALL_MINB
 
+/* A window's bf16 rows for one thread as loaded (a 4-byte pair of dims a
+ * row and half), widened where they are used (seg_widen16): widened right
+ * after the load, the thread stalled on the next output's loads before its
+ * finalisation instead of during it.  Masked: 0 and -Inf, exact in bf16. */
+struct seg_raw16 {
+    unsigned v[KVC_SEG], s[KVC_SEG];
+};
+template <class RT>
+__device__ __forceinline__ void seg_load_raw16(const launch_params &P, const RT *rt, int lr, int n, bool full, int q,
+                                               seg_raw16 &x) {
+    const unsigned short *h = reinterpret_cast<const unsigned short *>(P.a.state_cache);
+    if (full) { /* 8 unmasked rows, 4-byte loads: straight-line */
+#pragma unroll
+        for (int i = 0; i < KVC_SEG; i++) {
+            x.v[i] = __ldcs(reinterpret_cast<const unsigned *>(h + rt->voff[lr + i]) + q);
+            x.s[i] = __ldcs(reinterpret_cast<const unsigned *>(h + rt->soff[lr + i]) + q);
+        }
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < KVC_SEG; i++) {
+        if (i >= n) continue;
+        const long long vo = rt->voff[lr + i], so = rt->soff[lr + i];
+        if (vo < 0) {
+            x.v[i] = 0u;
+            x.s[i] = 0xFF80FF80u;
+        } else if (P.pl.vec) {
+            x.v[i] = __ldcs(reinterpret_cast<const unsigned *>(h + vo) + q);
+            x.s[i] = __ldcs(reinterpret_cast<const unsigned *>(h + so) + q);
+        } else {
+            x.v[i] = h[vo + 2 * q] | (unsigned)h[vo + 2 * q + 1] << 16;
+            x.s[i] = h[so + 2 * q] | (unsigned)h[so + 2 * q + 1] << 16;
+        }
+    }
+}
+__device__ __forceinline__ void seg_widen16(const seg_raw16 &r, seg_data &x) {
+#pragma unroll
+    for (int i = 0; i < KVC_SEG; i++) {
+        x.v[i][0] = __uint_as_float(r.v[i] << 16);
+        x.v[i][DPT - 1] = __uint_as_float(r.v[i] & 0xFFFF0000u);
+        x.s[i][0] = __uint_as_float(r.s[i] << 16);
+        x.s[i][DPT - 1] = __uint_as_float(r.s[i] & 0xFFFF0000u);
+    }
+}
+/* The rows the one-segment kernel holds per output: binary32, or bf16 as loaded. */
+template <bool BF16> struct small_buf {
+    typedef seg_data T;
+};
+template <> struct small_buf<true> {
+    typedef seg_raw16 T;
+};
+
 struct small_rows {
     long long voff[KVC_CUDA_SMALL_K * KVC_SEG], soff[KVC_CUDA_SMALL_K * KVC_SEG];
     long long boff[KVC_CUDA_SMALL_K * KVC_SEG]; /* score_bias: the row's bias offset (-1: none) */
@@ -752,28 +804,42 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
      * straight-line loads, no per-row branches; the choice is per output,
      * the same for the whole CTA.  (Copying windows into shared memory with
      * cp.async two outputs ahead measured slower.) */
-    auto load = [&](int k, seg_data &x) {
-        if (rows == KVC_SEG && P.pl.vec && !s_masked[k]) {
-            seg_load_full<true, BF16>(P, &rt, k * KVC_SEG, q, x); /* overlap: score halves not at +512 */
+    typedef typename small_buf<BF16>::T buf;
+    auto load = [&](int k, buf &x) {
+        const bool full = rows == KVC_SEG && P.pl.vec && !s_masked[k];
+        if constexpr (BF16) {
+            seg_load_raw16(P, &rt, k * KVC_SEG, rows, full, q, x);
+        } else if (full) {
+            seg_load_full<true>(P, &rt, k * KVC_SEG, q, x); /* overlap: score halves not at +512 */
         } else {
-            seg_load<BF16>(P, &rt, k * KVC_SEG, rows, q, x);
+            seg_load(P, &rt, k * KVC_SEG, rows, q, x);
         }
     };
     int written = 0, nonfinite = 0; /* thread 0's counts (bad: thread 0's return) */
     int k = next_live(0);
-    seg_data x;
-    if (k < kn) load(k, x);
+    buf xb;
+    if (k < kn) load(k, xb);
     for (int b = 0; k < kn; b ^= 1) {
         float *cbuf = cbufs[b]; /* last used two outputs ago: every thread passed a barrier since */
         fin_load_cos_sin(P, s_pc[k], q, f);
         const auto bo = [&](int i) { return rt.boff[k * KVC_SEG + i]; };
-        if (cached)
-            seg_add_bias<true>(bias_rows, rows, q, x, bo);
-        else if (BIAS && a.score_bias)
-            seg_add_bias(a.score_bias, rows, q, x, bo);
-        const stv st = seg_compute(x, rows);
+        const auto reduce = [&](seg_data &x) {
+            if (cached)
+                seg_add_bias<true>(bias_rows, rows, q, x, bo);
+            else if (BIAS && a.score_bias)
+                seg_add_bias(a.score_bias, rows, q, x, bo);
+            return seg_compute(x, rows);
+        };
+        stv st;
+        if constexpr (BF16) {
+            seg_data x;
+            seg_widen16(xb, x);
+            st = reduce(x);
+        } else {
+            st = reduce(xb);
+        }
         const int kk = next_live(k + 1);
-        if (kk < kn) load(kk, x); /* in flight while k finalises */
+        if (kk < kn) load(kk, xb); /* in flight while k finalises */
 #pragma unroll
         for (int j = 0; j < DPT; j++) cbuf[DPT * q + j] = KVC_DIV(st.n[j], st.d[j]);
         __syncthreads();
