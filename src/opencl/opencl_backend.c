@@ -233,7 +233,7 @@ static kvc_status entry_make_locked(cl_context ctx, cl_device_id dev, cl_entry *
     char vendor[64] = "";
     clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
     const size_t nv_at = strstr(vendor, "NVIDIA") ? strlen(opts) : 0;
-    if (nv_at) strcat(opts, " -DKVC_CL_NV_SHFL=1");
+    if (nv_at) snprintf(opts + nv_at, sizeof opts - nv_at, " -DKVC_CL_NV_SHFL=1");
     err = clBuildProgram(prog, 1, &dev, opts, NULL, NULL);
     if (err != CL_SUCCESS && nv_at) {
         if (build_log_on()) fprintf(stderr, "kvcompress: OpenCL build with warp shuffles failed (%d)\n", (int)err);
