@@ -713,6 +713,12 @@ __device__ __forceinline__ void seg_widen16(const seg_raw16 &r, seg_data &x) {
         x.s[i][DPT - 1] = __uint_as_float(r.s[i] & 0xFFFF0000u);
     }
 }
+/* Rows as binary32: x itself, or bf16 rows widened into t. */
+__device__ __forceinline__ seg_data &seg_as_f32(seg_data &x, seg_data &) { return x; }
+__device__ __forceinline__ seg_data &seg_as_f32(const seg_raw16 &r, seg_data &t) {
+    seg_widen16(r, t);
+    return t;
+}
 /* The rows the one-segment kernel holds per output: binary32, or bf16 as loaded. */
 template <bool BF16> struct small_buf {
     typedef seg_data T;
@@ -737,6 +743,7 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
     __shared__ kv_slot s_at[KVC_CUDA_SMALL_K];
     __shared__ long long s_pc[KVC_CUDA_SMALL_K], s_r[KVC_CUDA_SMALL_K], s_p[KVC_CUDA_SMALL_K], s_badg[KVC_CUDA_SMALL_K];
     __shared__ int s_ok[KVC_CUDA_SMALL_K], s_bad[KVC_CUDA_SMALL_K], s_masked[KVC_CUDA_SMALL_K];
+    __shared__ int s_live[KVC_CUDA_SMALL_K], s_wn[DG / 32], s_nlive; /* the outputs to reduce */
     __shared__ float cbufs[2][512 + 8]; /* c and the finaliser's scratch, alternating per output */
     const kvc_args &a = P.a;
     const int q = threadIdx.x;
@@ -788,58 +795,57 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
     fin_in f;
     fin_load_weights(P, q, f);
     __syncthreads();
-    /* outputs to reduce: ok and no bad block (uniform); the others report */
-    auto next_live = [&](int k) {
-        for (; k < kn; k++) {
-            if (!s_ok[k]) continue;
-            if (!s_bad[k]) return k;
-            if (q == 0) {
-                record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o0 + k, s_badg[k]);
-                count(&P.status->outputs_invalid);
-            }
+    /* the outputs to reduce (ok, no bad block) in order, each as 2k + full
+     * (full: 8 unmasked rows and 8-byte loads, all but a request's first
+     * windows: straight-line loads and reductions without row guards); an
+     * output with a bad block is reported by its own thread */
+    {
+        const int ok = q < kn && s_ok[q], live = ok && !s_bad[q];
+        if (ok && !live) {
+            record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o0 + q, s_badg[q]);
+            count(&P.status->outputs_invalid);
         }
-        return kn;
-    };
-    /* 8 unmasked rows and 8-byte loads (all but a request's first windows):
-     * straight-line loads, no per-row branches; the choice is per output,
-     * the same for the whole CTA.  (Copying windows into shared memory with
-     * cp.async two outputs ahead measured slower.) */
+        const unsigned m = __ballot_sync(0xFFFFFFFFu, live);
+        if ((q & 31) == 0) s_wn[q >> 5] = __popc(m);
+        __syncthreads();
+        int at = __popc(m & ((1u << (q & 31)) - 1));
+        for (int w = 0; w < (q >> 5); w++) at += s_wn[w];
+        if (live) s_live[at] = 2 * q + (rows == KVC_SEG && P.pl.vec && !s_masked[q]);
+        if (q == DG - 1) s_nlive = at + live;
+        __syncthreads();
+    }
+    /* (Copying windows into shared memory with cp.async two outputs ahead
+     * measured slower.) */
     typedef typename small_buf<BF16>::T buf;
-    auto load = [&](int k, buf &x) {
-        const bool full = rows == KVC_SEG && P.pl.vec && !s_masked[k];
+    auto load = [&](int e, buf &x) {
+        const int k = e >> 1;
         if constexpr (BF16) {
-            seg_load_raw16(P, &rt, k * KVC_SEG, rows, full, q, x);
-        } else if (full) {
+            seg_load_raw16(P, &rt, k * KVC_SEG, rows, e & 1, q, x);
+        } else if (e & 1) {
             seg_load_full<true>(P, &rt, k * KVC_SEG, q, x); /* overlap: score halves not at +512 */
         } else {
             seg_load(P, &rt, k * KVC_SEG, rows, q, x);
         }
     };
     int written = 0, nonfinite = 0; /* thread 0's counts (bad: thread 0's return) */
-    int k = next_live(0);
+    const int nlive = s_nlive;
     buf xb;
-    if (k < kn) load(k, xb);
-    for (int b = 0; k < kn; b ^= 1) {
+    if (nlive) load(s_live[0], xb);
+    for (int i = 0, b = 0; i < nlive; i++, b ^= 1) {
+        const int e = s_live[i], k = e >> 1;
         float *cbuf = cbufs[b]; /* last used two outputs ago: every thread passed a barrier since */
         fin_load_cos_sin(P, s_pc[k], q, f);
-        const auto bo = [&](int i) { return rt.boff[k * KVC_SEG + i]; };
-        const auto reduce = [&](seg_data &x) {
+        const auto bo = [&](int r) { return rt.boff[k * KVC_SEG + r]; };
+        const auto reduce = [&](seg_data &x, int n) {
             if (cached)
-                seg_add_bias<true>(bias_rows, rows, q, x, bo);
+                seg_add_bias<true>(bias_rows, n, q, x, bo);
             else if (BIAS && a.score_bias)
-                seg_add_bias(a.score_bias, rows, q, x, bo);
-            return seg_compute(x, rows);
+                seg_add_bias(a.score_bias, n, q, x, bo);
+            return seg_compute(x, n);
         };
-        stv st;
-        if constexpr (BF16) {
-            seg_data x;
-            seg_widen16(xb, x);
-            st = reduce(x);
-        } else {
-            st = reduce(xb);
-        }
-        const int kk = next_live(k + 1);
-        if (kk < kn) load(kk, xb); /* in flight while k finalises */
+        seg_data xw, &x = seg_as_f32(xb, xw); /* (bf16: widened here, as the rows are used) */
+        const stv st = e & 1 ? reduce(x, KVC_SEG) : reduce(x, rows);
+        if (i + 1 < nlive) load(s_live[i + 1], xb); /* in flight while k finalises */
 #pragma unroll
         for (int j = 0; j < DPT; j++) cbuf[DPT * q + j] = KVC_DIV(st.n[j], st.d[j]);
         __syncthreads();
@@ -851,7 +857,6 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
             written++;
             nonfinite += bad;
         }
-        k = kk;
     }
     /* one atomic per CTA and counter, not one per output */
     if (q == 0 && written)
