@@ -94,9 +94,9 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
     ca = x.d;
     kvc_resolve_strides(&ca);
     chain_y = (kvc_window_rows(ca.compress_ratio, ca.overlap == KVC_OVERLAP_ON) + CHAIN_ROWS - 1) / CHAIN_ROWS;
-    chain = chain_y <= 65535 && fbytes && ca.num_outputs > 0 && ca.num_outputs <= 0x7FFFFFFF && ca.state_stride_block % 4 == 0 &&
-                      ca.state_stride_token % 4 == 0 &&
-                      (uintptr_t)ca.state_cache % (ca.state_dtype == KVC_STATE_BFLOAT16 ? 8 : 16) == 0;
+    chain = chain_y <= 65535 && fbytes && ca.num_outputs > 0 && ca.num_outputs <= 0x7FFFFFFF &&
+            ca.state_stride_block % 4 == 0 && ca.state_stride_token % 4 == 0 &&
+            (uintptr_t)ca.state_cache % (ca.state_dtype == KVC_STATE_BFLOAT16 ? 8 : 16) == 0;
     for (int i = -10; i < repeat; i++) { /* 10 warm-up calls; the floors after each call */
         if (fbytes) {
             flush_l2(0);

@@ -770,7 +770,8 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
     const int bw = a.overlap == KVC_OVERLAP_ON ? 1024 : 512; /* a bias row's floats */
     const int cached = BIAS && a.score_bias && bias_rows;
     if (cached)
-        for (int t = q; t < C * bw; t += DG) bias_rows[t] = __ldg(a.score_bias + (t / bw) * a.score_bias_stride + t % bw);
+        for (int t = q; t < C * bw; t += DG)
+            bias_rows[t] = __ldg(a.score_bias + (t / bw) * a.score_bias_stride + t % bw);
     for (int t = q; t < kn * KVC_SEG; t += DG) {
         const int k = t / KVC_SEG, i = t % KVC_SEG;
         rt.voff[t] = rt.soff[t] = rt.boff[t] = -1;
@@ -790,7 +791,8 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
         rt.voff[t] = base + vo;
         rt.soff[t] = base + so;
         if (BIAS && a.score_bias)
-            rt.boff[t] = kvc_bias_offset(pos, C, cached ? bw : a.score_bias_stride, so, a.overlap == KVC_OVERLAP_ON, 512);
+            rt.boff[t] =
+                kvc_bias_offset(pos, C, cached ? bw : a.score_bias_stride, so, a.overlap == KVC_OVERLAP_ON, 512);
     }
     fin_in f;
     fin_load_weights(P, q, f);

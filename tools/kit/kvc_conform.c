@@ -3,10 +3,9 @@
  * backend over the golden cases, random shapes, the GPU-path shapes and
  * DeepSeek-V4's indexer shapes, each case byte for byte against the CPU
  * backend on an identically poisoned KV cache (the written slots and every
- * byte that must stay untouched), and the
- * golden cases also against their canonical bytes and, where the statement's
- * reference exists, its SPEC 4 / 7 conformance.  tests/test_backends.c and
- * `kvcompress verify` both run it.
+ * byte that must stay untouched), and the golden cases also against their
+ * canonical bytes and, where the statement's reference exists, its SPEC 4 /
+ * 7 conformance.  tests/test_backends.c and `kvcompress verify` both run it.
  */
 #include <math.h>
 #include <stdio.h>
