@@ -496,6 +496,12 @@ struct set_plan {
     size_t gen_need, slice_need;      /* workspace bytes after the status word; of the slice area */
 };
 
+/* Resident CTAs per SM of the one-segment kernel a call takes */
+static int small_minb(const kvc_args *a, int bf16) {
+    return a->numerics == KVC_NUMERICS_FAST ? kvc_cuda_d2f::small_minb(bf16, a->score_bias != NULL)
+                                            : kvc_cuda_d2::small_minb(bf16, a->score_bias != NULL);
+}
+
 /* Plan set a's launch on device dev (host arithmetic only). */
 static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     /* head width 128 (SPEC 9): the indexer kernel for windows of one
@@ -515,9 +521,9 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
      * <= KVC_CUDA_MAX_CH = 16 (2 lanes x 8), and <= KVC_CUDA_MAXCHUNKS = 8 chunks per
      * output (the last CTA's merge is the parallel, load-all-first one).
      * One-segment windows: always the one-segment kernel, K outputs per CTA
-     * for whole waves of SMALL_MINB CTAs per SM. */
+     * for whole waves of small_minb() CTAs per SM. */
     const kvc_plan_policy pol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, KVC_CUDA_MAX_CH,
-                                 (long long)ks::kSmallMinb * sm_count(dev), ks::kSmallK, 0};
+                                 (long long)small_minb(a, bf16) * sm_count(dev), ks::kSmallK, 0};
     kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &P.pl);
     /* the slice kernels (cuda_slice.cuh): every call of 16, 32 or 64 full
      * segments (C = 128, 256, 512) without overlap, 8-byte rows (faster than
@@ -529,7 +535,8 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     sp->indexer = general && a->head_dim == 128 && P.pl.nseg == 1;
     if (sp->indexer) { /* a warp per output, K outputs a CTA for whole waves */
         const kvc_plan_policy ipol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, KVC_CUDA_MAX_CH,
-                                      (long long)ks::kIdxMinb * sm_count(dev), ks::kIdxK, 0};
+                                      (long long)ks::idx_minb(bf16, a->score_bias != NULL) * sm_count(dev),
+                                      ks::kIdxK, 0};
         kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &ipol, &P.pl);
         general = 0;
         /* 16-byte (bf16: 8-byte) row loads: every row offset a multiple of 4 elements */

@@ -21,6 +21,10 @@
 #define IDX_WARPS 8
 #define IDX_K 96   /* outputs per CTA at most */
 #define IDX_MINB 2 /* resident CTAs per SM asked of the compiler: 128 registers (a window is 64 floats a lane) */
+/* ... with a bf16 state and no score bias: 85 registers (the raw window is 32 a lane; more warps to hide
+ * the arithmetic's latency) */
+#define IDX_MINB16 3
+__host__ __device__ constexpr int idx_minb(bool bf16, bool bias) { return bf16 && !bias ? IDX_MINB16 : IDX_MINB; }
 #define IDX_FULL 0xFFFFFFFFu
 
 /* The CTA's outputs: row offsets (8k + i: output k's row i; -1 masked or
@@ -310,7 +314,7 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
         atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), s_count[1]);
 }
 template <bool BF16, bool BIAS>
-__global__ void __launch_bounds__(IDX_WARPS * 32, IDX_MINB) indexer_kernel(const launch_params P) {
+__global__ void __launch_bounds__(IDX_WARPS * 32, idx_minb(BF16, BIAS)) indexer_kernel(const launch_params P) {
     indexer_body<BF16, BIAS>(P, blockIdx.x);
 }
 

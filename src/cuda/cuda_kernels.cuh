@@ -668,6 +668,12 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
  * flight during the current one's finalisation.
  */
 #define SMALL_MINB KVC_CUDA_SMALL_MINB
+/* resident CTAs per SM a variant asks: EXACT with a bf16 state and no score
+ * bias, KVC_CUDA_SMALL_MINB16 (its raw rows leave room for more warps to
+ * hide the exact exp's latency) */
+__host__ __device__ constexpr int small_minb(bool bf16, bool bias) {
+    return bf16 && !bias && !FASTNUM ? KVC_CUDA_SMALL_MINB16 : SMALL_MINB;
+}
 
 /* A window's bf16 rows for one thread as loaded (a 4-byte pair of dims a
  * row and half), widened where they are used (seg_widen16): widened right
@@ -867,7 +873,7 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
         atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), (unsigned long long)nonfinite);
 }
 template <bool BF16, bool BIAS>
-__global__ void __launch_bounds__(DG, SMALL_MINB) compress_small_kernel(const launch_params P) {
+__global__ void __launch_bounds__(DG, small_minb(BF16, BIAS)) compress_small_kernel(const launch_params P) {
     if constexpr (BIAS) {
         __shared__ float bias_rows[KVC_SEG * 512];
         small_body<BF16, true>(P, blockIdx.x, bias_rows);
@@ -898,11 +904,12 @@ __global__ void __launch_bounds__(DG, IDX_MINB) segment1_many_kernel(const many_
 /* what the host needs of this DPT */
 constexpr int kDG = DG, kMaxLanes = MAX_LANES, kTreeMax = TREE_MAX;
 #if DPT == 2
-constexpr int kSmallK = KVC_CUDA_SMALL_K, kSmallMinb = SMALL_MINB, kSliceRec = SLICE_REC;
-constexpr int kIdxWarps = IDX_WARPS, kIdxK = IDX_K, kIdxMinb = IDX_MINB;
+constexpr int kSmallK = KVC_CUDA_SMALL_K, kSliceRec = SLICE_REC;
+constexpr int kIdxWarps = IDX_WARPS, kIdxK = IDX_K;
 #undef IDX_WARPS
 #undef IDX_K
 #undef IDX_MINB
+#undef IDX_MINB16
 #undef SMALL_MINB
 #endif
 #undef DG
