@@ -111,11 +111,15 @@ extern "C" int kvc_bench_cuda_case(kvc_case *c, int repeat, double floor_bytes, 
         if (chain) {
             flush_l2(0);
             CK(cudaEventRecord(e0, 0));
-            const dim3 grid((unsigned)ca.num_outputs, (unsigned)chain_y);
-            if (ca.state_dtype == KVC_STATE_BFLOAT16)
-                chain_kernel<true><<<grid, CHAIN_THREADS>>>(ca, g_floor_sink);
+            /* outputs a CTA: 4 at head width 128 where 4 a CTA still fill the
+             * SMs (fewer, the 256 threads of one output reach its rows sooner) */
+            const int per = ca.head_dim == 128 && ca.num_outputs > 4LL * sms ? 4 : 1;
+            const dim3 grid((unsigned)((ca.num_outputs + per - 1) / per), (unsigned)chain_y);
+            const int bf16 = ca.state_dtype == KVC_STATE_BFLOAT16;
+            if (per == 4)
+                (bf16 ? chain_kernel<true, 4> : chain_kernel<false, 4>)<<<grid, CHAIN_THREADS>>>(ca, g_floor_sink);
             else
-                chain_kernel<false><<<grid, CHAIN_THREADS>>>(ca, g_floor_sink);
+                (bf16 ? chain_kernel<true, 1> : chain_kernel<false, 1>)<<<grid, CHAIN_THREADS>>>(ca, g_floor_sink);
             CK(cudaEventRecord(e1, 0));
             CK(cudaEventSynchronize(e1));
             float cms = 0;
