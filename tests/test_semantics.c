@@ -62,7 +62,8 @@ static int gen_spec(kvc_case *c, const char *spec) {
 
 /* Rows (by output) of the last run. */
 static uint8_t *rows_of(const kvc_args *a) {
-    uint8_t *rows = calloc((size_t)a->num_outputs * 584 + 1, 1); /* (584 bytes an output; a smaller slot: zeros after it) */
+    /* 584 bytes an output; a smaller slot: zeros after it */
+    uint8_t *rows = calloc((size_t)a->num_outputs * 584 + 1, 1);
     for (int64_t o = 0; o < a->num_outputs; o++) {
         int64_t slot = a->kv_slot_mapping[a->boundary_token_indices[o]];
         if (slot >= 0) kvc_kit_slot_row(a, slot, rows + o * 584);
@@ -349,12 +350,13 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
  * C = 128 / 256 run the slice kernels (one chunk per window, or two: chunk
  * states), C = 8 the one-segment-window kernel (several outputs per thread
  * block / work-group), idx (C = 4 with overlap, head width 128) the indexer
- * kernel (outputs in flight in a pipeline). */
+ * kernel (a warp per output, several outputs a thread block / work-group). */
 typedef kvc_status (*many_run_fn)(const kvc_args *, int, kvc_report *, kvc_device_status *);
 static int gen_err(kvc_case *c, int64_t C, int64_t bs, int idx) {
     if (!idx) return gen(c, 2, 2 * 1024, C, bs, 1, 31);
     char spec[160];
-    snprintf(spec, sizeof spec, "reqs=2,tokens=2048,C=%lld,block=%lld,overlap=1,format=indexer_fp8,layout=shuffle,seed=31",
+    snprintf(spec, sizeof spec,
+             "reqs=2,tokens=2048,C=%lld,block=%lld,overlap=1,format=indexer_fp8,layout=shuffle,seed=31",
              (long long)C, (long long)bs);
     return gen_spec(c, spec);
 }
@@ -396,7 +398,8 @@ static void test_device_errors(many_run_fn device_run, int64_t C, int64_t bs, in
          * kernels' chunks are <= C / 2 rows here), so that two work-groups
          * of the output carry the bad mark (the ticket's bad bit once was
          * added per group and two of them cancelled out) */
-        for (int64_t q = p - 127; k == 3 && q <= p - 64; q += 8) d.block_table[r * d.args.blocks_per_req + q / 8] = badblk;
+        for (int64_t q = p - 127; k == 3 && q <= p - 64; q += 8)
+            d.block_table[r * d.args.blocks_per_req + q / 8] = badblk;
         kvc_kit_poison(d.kv_cache, d.kv_cache_bytes, 50 + (uint64_t)k);
         uint8_t *before = tu_dup(d.kv_cache, d.kv_cache_bytes);
         kvc_device_status ds;
