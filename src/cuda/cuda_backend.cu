@@ -536,7 +536,7 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     if (sp->indexer) { /* a warp per output, K outputs a CTA for whole waves */
         const kvc_plan_policy ipol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, KVC_CUDA_MAX_CH,
                                       (long long)ks::idx_minb(bf16, a->score_bias != NULL) * sm_count(dev),
-                                      ks::kIdxK, 0};
+                                      ks::kIdxKSolo, 0};
         kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &ipol, &P.pl);
         general = 0;
         /* 16-byte (bf16: 8-byte) row loads: every row offset a multiple of 4 elements */
@@ -698,7 +698,9 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
         plan_set(&sets[s], dev, &sp[s]);
         gen_need = sp[s].gen_need > gen_need ? sp[s].gen_need : gen_need;
         slice_need = sp[s].slice_need > slice_need ? sp[s].slice_need : slice_need;
-        fuse &= sp[s].P.pl.small_k > 0 && sets[s].numerics == sets[0].numerics &&
+        /* (the fused kernel's indexer body takes kIdxK outputs a CTA at most) */
+        fuse &= sp[s].P.pl.small_k > 0 && (!sp[s].indexer || sp[s].P.pl.small_k <= ks::kIdxK) &&
+                sets[s].numerics == sets[0].numerics &&
                 sets[s].state_dtype == sets[0].state_dtype;
         fused_ctas += sp[s].P.pl.groups;
     }

@@ -5,7 +5,7 @@
  * 16-byte load per row and half (8 bytes for a bf16 state), the reduction
  * in registers, every exchange of the finaliser a shuffle, no barrier.
  *
- * A CTA of IDX_WARPS warps takes K = P.pl.small_k <= IDX_K consecutive
+ * A CTA of IDX_WARPS warps takes K = P.pl.small_k <= IDX_K_SOLO consecutive
  * outputs (K sized for whole waves, as the one-segment kernel's): their
  * index checks at once (thread k: output k), then their 8 K rows (a thread
  * a row, each row's block checked); then warp w reduces and finalises
@@ -19,8 +19,9 @@
  * kvc_cuda_d2f: FASTNUM 0 / 1).
  */
 #define IDX_WARPS 8
-#define IDX_K 96   /* outputs per CTA at most */
-#define IDX_MINB 2 /* resident CTAs per SM asked of the compiler: 128 registers (a window is 64 floats a lane) */
+#define IDX_K 96       /* outputs per CTA at most in kvc_compress_many's fused launch (its shared memory) */
+#define IDX_K_SOLO 128 /* ... in the indexer kernel (4 x 131072 C4 tokens in one wave of K = 125) */
+#define IDX_MINB 2     /* resident CTAs per SM asked of the compiler: 128 registers (a window is 64 floats a lane) */
 /* ... with a bf16 state and no score bias: 85 registers (the raw window is 32 a lane; more warps to hide
  * the arithmetic's latency) */
 #define IDX_MINB16 3
@@ -30,11 +31,11 @@ __host__ __device__ constexpr int idx_minb(bool bf16, bool bias) { return bf16 &
 /* The CTA's outputs: row offsets (8k + i: output k's row i; -1 masked or
  * unused) and their score bias rows, the outputs' checks, slots and
  * cos/sin rows. */
-struct idx_cta {
-    long long voff[IDX_K * KVC_SEG], boff[IDX_K * KVC_SEG];
-    kv_slot at[IDX_K];
-    long long pc[IDX_K], r[IDX_K], p[IDX_K], badg[IDX_K];
-    int ok[IDX_K], bad[IDX_K];
+template <int K> struct idx_cta {
+    long long voff[K * KVC_SEG], boff[K * KVC_SEG];
+    kv_slot at[K];
+    long long pc[K], r[K], p[K], badg[K];
+    int ok[K], bad[K];
 };
 
 /* A window's rows for lane `lane` as loaded: 4 values and 4 scores a row,
@@ -80,8 +81,8 @@ __device__ __forceinline__ typename idx_raw<BF16>::T idx_load4(const float *stat
 }
 
 /* Row i of output k into x (i < the window's rows) */
-template <bool BF16>
-__device__ __forceinline__ void idx_load_row(const launch_params &P, const idx_cta &w, int k, int i, int lane,
+template <bool BF16, class W>
+__device__ __forceinline__ void idx_load_row(const launch_params &P, const W &w, int k, int i, int lane,
                                              idx_rows<BF16> &x) {
     typedef idx_raw<BF16> R;
     const long long off = w.voff[8 * k + i];
@@ -189,11 +190,11 @@ __device__ int idx_finalize(const kvc_args &a, const float c[4], const float w[4
  * is loaded as soon as row i of the current one is consumed, in flight
  * during the rest of its reduction; a float32 state without a bias, whose
  * reduction is shorter and whose registers are full, loads it after the
- * reduction (rolled, it measured slower). */
-template <bool BF16, bool BIAS>
+ * reduction (rolled, it measured slower).  KMAX: outputs a CTA at most. */
+template <bool BF16, bool BIAS, int KMAX = IDX_K>
 __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned cta) {
     constexpr bool ROLL = BF16 || BIAS;
-    __shared__ idx_cta w;
+    __shared__ idx_cta<KMAX> w;
     __shared__ unsigned long long s_count[2]; /* the CTA's written, non-finite outputs */
     const kvc_args &a = P.a;
     const int q = threadIdx.x, lane = q & 31, wi = q >> 5;
@@ -315,7 +316,7 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
 }
 template <bool BF16, bool BIAS>
 __global__ void __launch_bounds__(IDX_WARPS * 32, idx_minb(BF16, BIAS)) indexer_kernel(const launch_params P) {
-    indexer_body<BF16, BIAS>(P, blockIdx.x);
+    indexer_body<BF16, BIAS, IDX_K_SOLO>(P, blockIdx.x);
 }
 
 #undef IDX_FULL

@@ -905,9 +905,10 @@ __global__ void __launch_bounds__(DG, IDX_MINB) segment1_many_kernel(const many_
 constexpr int kDG = DG, kMaxLanes = MAX_LANES, kTreeMax = TREE_MAX;
 #if DPT == 2
 constexpr int kSmallK = KVC_CUDA_SMALL_K, kSliceRec = SLICE_REC;
-constexpr int kIdxWarps = IDX_WARPS, kIdxK = IDX_K;
+constexpr int kIdxWarps = IDX_WARPS, kIdxK = IDX_K, kIdxKSolo = IDX_K_SOLO;
 #undef IDX_WARPS
 #undef IDX_K
+#undef IDX_K_SOLO
 #undef IDX_MINB
 #undef IDX_MINB16
 #undef SMALL_MINB
