@@ -466,19 +466,22 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
      * chunks of >= 4 segments (<= 128), <= 8 chunks per output where the
      * window allows (several waves of shorter chunks were slower on the
      * H200).  One-segment windows: K outputs per group (kvc_compress_small,
-     * kvc_compress_indexer), K <= KVC_OPENCL_SMALL_K, whole waves of
-     * KVC_OPENCL_SMALL_SLOTS groups per compute unit. */
-    const long long slots = (long long)KVC_OPENCL_SMALL_SLOTS * ent->units;
-    const kvc_plan_policy pol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH, slots, KVC_OPENCL_SMALL_K,
-                                 0};
+     * kvc_compress_indexer), K <= KVC_OPENCL_SMALL_K (the indexer's:
+     * KVC_OPENCL_IDX_K), whole waves of KVC_OPENCL_SMALL_SLOTS (the
+     * indexer's: KVC_OPENCL_IDX_SLOTS) groups per compute unit.  Head width
+     * 128 with windows of one segment: kvc_indexer.cl; else head width 128,
+     * a bf16 state or a score bias: the general kernel.  Both take the
+     * status word zeroed by a fill and no workspace (any buffers) */
+    const int ovl = a->overlap == KVC_OVERLAP_ON;
+    const int indexer = a->head_dim == 128 && kvc_num_segments(kvc_window_rows(a->compress_ratio, ovl)) == 1;
+    const int general = !indexer && kvc_needs_general(a);
+    const kvc_plan_policy pol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH,
+                                 (long long)(indexer ? KVC_OPENCL_IDX_SLOTS : KVC_OPENCL_SMALL_SLOTS) * ent->units,
+                                 indexer ? KVC_OPENCL_IDX_K : KVC_OPENCL_SMALL_K, 0};
     kvc_plan pl;
-    kvc_plan_make(a->num_outputs, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &pl);
+    kvc_plan_make(a->num_outputs, a->compress_ratio, ovl, &pol, &pl);
     pl.out_base = out_base;
     pl.keep_status = keep;
-    /* head width 128 with windows of one segment: kvc_indexer.cl; else head
-     * width 128, a bf16 state or a score bias: the general kernel.  Both
-     * take the status word zeroed by a fill and no workspace (any buffers) */
-    const int indexer = a->head_dim == 128 && pl.nseg == 1, general = !indexer && kvc_needs_general(a);
     if (indexer || general) {
         if ((st = zero_status(q, status, keep)) != KVC_OK ||
             (st = grow(ent->ctx, &ws->states, &ws->states_bytes, 16, "chunk-state")) != KVC_OK ||
@@ -486,12 +489,7 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
             return st;
         call_bufs(a, status, ws->states, ws->tickets, bufs);
     }
-    if (indexer) { /* K outputs a group of 256, 8 at once, whole waves of KVC_OPENCL_IDX_SLOTS groups a unit */
-        const kvc_plan_policy ipol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH,
-                                      (long long)KVC_OPENCL_IDX_SLOTS * ent->units, KVC_OPENCL_IDX_K, 0};
-        kvc_plan_make(a->num_outputs, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &ipol, &pl);
-        pl.out_base = out_base;
-        pl.keep_status = keep;
+    if (indexer) { /* K outputs a group of 256, 8 at once */
         /* 16-byte (bf16: 8-byte) row loads: buffers start aligned, every row offset a multiple of 4 elements */
         pl.vec = a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0;
         return enqueue(q, ent->k[K_INDEXER], &sh, &pl, bufs, 13, pl.groups, 256);
