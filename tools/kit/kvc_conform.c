@@ -158,6 +158,21 @@ static void report(const kvc_conform_opts *o, kvc_conform_result *r, int bad, co
     if (f) fprintf(f, "%-4s %s %s %s\n", bad ? "FAIL" : "ok", kind, name, msg);
 }
 
+/* Generate case c (zeroed first, so that a failure leaves nothing to free)
+ * from p, or from the spec string when p is NULL.  @return 1 with the
+ * reason in msg on failure. */
+static int make_case(const kvc_case_params *p, const char *spec, kvc_case *c, char *msg, size_t len) {
+    kvc_case_params q;
+    memset(c, 0, sizeof *c);
+    if (!p) {
+        if (kvc_kit_parse_spec(spec, &q, msg, len) != 0) return 1;
+        p = &q;
+    }
+    if (kvc_case_generate(p, 0, c) == KVC_OK) return 0;
+    snprintf(msg, len, "generate: %.300s", kvc_last_error_message());
+    return 1;
+}
+
 /* The verify set: random shapes over C, block size, slots per page, requests,
  * padding tokens, layout, format, RoPE layout and overlap; a quarter of them
  * the indexer's head width 128 (either format, rotation or not), a quarter
@@ -232,10 +247,8 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
     if (ng < 0) return -1;
     for (int i = 0; i < ng; i++) {
         kvc_case c;
-        memset(&c, 0, sizeof c);
         msg[0] = 0;
-        int bad = kvc_case_generate(&g[i].params, 0, &c) != KVC_OK;
-        if (bad) snprintf(msg, sizeof msg, "generate: %.300s", kvc_last_error_message());
+        int bad = make_case(&g[i].params, NULL, &c, msg, sizeof msg);
         if (!bad) bad = kvc_kit_check_inputs(&g[i], &c, msg, sizeof msg);
         if (!bad) bad = one_case(o, &c, 7 + (uint64_t)i, msg, sizeof msg);
         if (!bad) bad = golden_bytes(o->golden, &g[i], &c, msg, sizeof msg);
@@ -253,11 +266,9 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
                  kvc_kit_format_name(p.nope_format), p.overlap ? " overlap" : "", p.rotate ? " rotate" : "",
                  p.score_bias ? " bias" : "", p.state_dtype ? " bf16" : "");
         kvc_case c;
-        memset(&c, 0, sizeof c);
         msg[0] = 0;
-        int bad = kvc_case_generate(&p, 0, &c) != KVC_OK;
-        if (bad) snprintf(msg, sizeof msg, "generate: %.300s", kvc_last_error_message());
-        else bad = one_case(o, &c, 9 + (uint64_t)i, msg, sizeof msg);
+        int bad = make_case(&p, NULL, &c, msg, sizeof msg);
+        if (!bad) bad = one_case(o, &c, 9 + (uint64_t)i, msg, sizeof msg);
         report(o, r, bad, "random", name, msg);
         if (c.state_cache) kvc_case_free(&c);
     }
@@ -285,10 +296,8 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
                  (long long)s->C, (long long)s->bs, (long long)s->S, (long long)s->reqs, (long long)s->tokens,
                  s->fp8 ? " fp8" : "", s->overlap ? " overlap" : "", s->nan ? " nan" : "", s->pad ? " padding" : "");
         kvc_case c;
-        memset(&c, 0, sizeof c);
         msg[0] = 0;
-        int bad = kvc_case_generate(&p, 0, &c) != KVC_OK;
-        if (bad) snprintf(msg, sizeof msg, "generate: %.300s", kvc_last_error_message());
+        int bad = make_case(&p, NULL, &c, msg, sizeof msg);
         if (!bad && s->pad && c.args.num_outputs > 1) /* the second output is a padding slot */
             c.kv_slot_mapping[c.boundary_token_indices[1]] = -1;
         if (!bad) bad = one_case(o, &c, 11 + (uint64_t)i, msg, sizeof msg);
@@ -296,15 +305,9 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         if (c.state_cache) kvc_case_free(&c);
     }
     for (int i = 0; i < (int)(sizeof k_specs / sizeof k_specs[0]); i++) {
-        kvc_case_params p;
         kvc_case c;
-        memset(&c, 0, sizeof c);
         msg[0] = 0;
-        int bad = kvc_kit_parse_spec(k_specs[i], &p, msg, sizeof msg) != 0;
-        if (!bad && kvc_case_generate(&p, 0, &c) != KVC_OK) {
-            snprintf(msg, sizeof msg, "generate: %.300s", kvc_last_error_message());
-            bad = 1;
-        }
+        int bad = make_case(NULL, k_specs[i], &c, msg, sizeof msg);
         if (!bad) bad = one_case(o, &c, 17 + (uint64_t)i, msg, sizeof msg);
         report(o, r, bad, "spec", k_specs[i], msg);
         if (c.state_cache) kvc_case_free(&c);
@@ -315,16 +318,10 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         msg[0] = 0;
         char name[400] = "";
         for (; n < 3 && k_many[i][n]; n++) {
-            kvc_case_params p;
             memset(&cs[n], 0, sizeof cs[n]);
             cp[n] = &cs[n];
             snprintf(name + strlen(name), sizeof name - strlen(name), "%s%s", n ? " + " : "", k_many[i][n]);
-            if (bad) continue;
-            bad = kvc_kit_parse_spec(k_many[i][n], &p, msg, sizeof msg) != 0;
-            if (!bad && kvc_case_generate(&p, 0, &cs[n]) != KVC_OK) {
-                snprintf(msg, sizeof msg, "generate: %.300s", kvc_last_error_message());
-                bad = 1;
-            }
+            if (!bad) bad = make_case(NULL, k_many[i][n], &cs[n], msg, sizeof msg);
         }
         kvc_case *last = &cs[n - 1];
         if (!bad && last->args.num_outputs > 1) last->kv_slot_mapping[last->boundary_token_indices[1]] = -1;
