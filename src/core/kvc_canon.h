@@ -190,10 +190,12 @@ KVC_FN void kvc_merge(float *mA, float *dA, float *nA, float mB, float dB, float
  *   finally kvc_seg_close(m, &den, &num) (den = num = 0 if m == -Inf).
  * Callers start with den = num = 0.
  */
-KVC_FN void kvc_seg_step(float m, float s, float v, float *den, float *num) {
-    float e = kvc_exp(KVC_SUB(s, m));
+KVC_FN void kvc_seg_acc(float e, float v, float *den, float *num) { /* a row's weight e = kvc_exp(s - m) summed */
     *den = KVC_ADD(*den, e);
     *num = KVC_ADD(*num, KVC_MUL(e, v));
+}
+KVC_FN void kvc_seg_step(float m, float s, float v, float *den, float *num) {
+    kvc_seg_acc(kvc_exp(KVC_SUB(s, m)), v, den, num);
 }
 KVC_FN void kvc_seg_close(float m, float *den, float *num) {
     int dead = (m == KVC_NEG_INF);

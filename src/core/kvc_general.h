@@ -88,18 +88,33 @@ KVC_GEN_FN void kvc_gen_row(const kvc_shape *sh, KVC_GLOBAL const float *st, KVC
 /* The segment step and merge: SPEC 3's, or with fast (CUDA; SPEC 8's FAST
  * numerics) the exp by ex2.approx and the weighted sum fused -- also the
  * tuned CUDA kernels' (cuda_kernels.cuh's red_step, red_merge). */
-KVC_GEN_FN void kvc_gen_step(float m, float s, float v, float *den, float *num, int fast) {
+KVC_GEN_FN float kvc_gen_weight(float m, float s, int fast) { /* a row's e = exp(s - m) */
 #if defined(__CUDACC__)
     if (fast) {
         float e;
         asm("ex2.approx.f32 %0, %1;" : "=f"(e) : "f"(KVC_MUL(KVC_SUB(s, m), KVC_LOG2E)));
+        return e;
+    }
+#endif
+    (void)fast;
+    return kvc_exp(KVC_SUB(s, m));
+}
+KVC_GEN_FN void kvc_gen_acc(float e, float v, float *den, float *num, int fast) { /* ... summed */
+#if defined(__CUDACC__)
+    if (fast) {
         *den = KVC_ADD(*den, e);
         *num = __fmaf_rn(e, v, *num);
         return;
     }
 #endif
     (void)fast;
-    kvc_seg_step(m, s, v, den, num);
+    kvc_seg_acc(e, v, den, num);
+}
+/* (kvc_gen_weight and kvc_gen_acc: a caller with several rows at hand may
+ * compute every row's weight first -- independent, their operations then
+ * overlap -- and sum them in row order after) */
+KVC_GEN_FN void kvc_gen_step(float m, float s, float v, float *den, float *num, int fast) {
+    kvc_gen_acc(kvc_gen_weight(m, s, fast), v, den, num, fast);
 }
 KVC_GEN_FN void kvc_gen_merge(float *mA, float *dA, float *nA, float mB, float dB, float nB, int fast) {
 #if defined(__CUDACC__)

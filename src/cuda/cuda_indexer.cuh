@@ -80,7 +80,7 @@ __device__ __forceinline__ typename idx_raw<BF16>::T idx_load4(const float *stat
     }
 }
 
-/* Row i of output k into x (i < the window's rows) */
+/* Row i of output k into x (a row past the window: offset -1, masked) */
 template <bool BF16, class W>
 __device__ __forceinline__ void idx_load_row(const launch_params &P, const W &w, int k, int i, int lane,
                                              idx_rows<BF16> &x) {
@@ -251,10 +251,15 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
     typedef idx_raw<BF16> R;
     idx_rows<BF16> x;
     int k = next_live(wi);
+    /* A window of fewer than 8 rows is reduced as 8, the rows past it
+     * masked (offset -1: value 0, score -Inf): such a row leaves the max as
+     * it is and adds +0 to the sums, which never changes their bits (a sum
+     * from +0 is never -0).  So no row needs a guard, whose predicate would
+     * be held through the reduction (a guard a row took the predicate
+     * registers, and the exps ran one after the other). */
     if (k < kn)
 #pragma unroll
-        for (int i = 0; i < KVC_SEG; i++)
-            if (i < rows) idx_load_row<BF16>(P, w, k, i, lane, x);
+        for (int i = 0; i < KVC_SEG; i++) idx_load_row<BF16>(P, w, k, i, lane, x);
     while (k < kn) {
         if (lane >= 16) {
             const float *row = a.cos_sin_cache + w.pc[k] * a.cos_sin_stride;
@@ -265,7 +270,7 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
         float sc[KVC_SEG][4]; /* the scores, a score bias added */
 #pragma unroll
         for (int i = 0; i < KVC_SEG; i++) {
-            const long long b = BIAS && a.score_bias && i < rows ? w.boff[8 * k + i] : -1;
+            const long long b = BIAS && a.score_bias ? w.boff[8 * k + i] : -1;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 sc[i][j] = R::get(x.s[i], j);
@@ -278,16 +283,23 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
             m[j] = sc[0][j];
             den[j] = num[j] = 0.0f;
 #pragma unroll
-            for (int i = 1; i < KVC_SEG; i++)
-                if (i < rows) m[j] = kvc_max(m[j], sc[i][j]);
+            for (int i = 1; i < KVC_SEG; i++) m[j] = kvc_max(m[j], sc[i][j]);
         }
-        /* the steps row by row, each dim's in row order as ever */
         const int kk = next_live(k + IDX_WARPS);
+        /* a float32 state: every row's weight first (independent, their
+         * exps' long chains overlap), then the sums in row order; bf16 (the
+         * next output's rows loaded as these are consumed, 85 registers):
+         * row by row (weights first spilled) */
+        if constexpr (!BF16)
+#pragma unroll
+            for (int i = 0; i < KVC_SEG; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) sc[i][j] = red_weight(m[j], sc[i][j]);
 #pragma unroll
         for (int i = 0; i < KVC_SEG; i++) {
-            if (i >= rows) break;
 #pragma unroll
-            for (int j = 0; j < 4; j++) red_step(m[j], sc[i][j], R::get(x.v[i], j), &den[j], &num[j]);
+            for (int j = 0; j < 4; j++)
+                red_acc(BF16 ? red_weight(m[j], sc[i][j]) : sc[i][j], R::get(x.v[i], j), &den[j], &num[j]);
             if (ROLL && kk < kn) idx_load_row<BF16>(P, w, kk, i, lane, x);
         }
 #pragma unroll
@@ -297,8 +309,7 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
         }
         if (!ROLL && kk < kn) /* in flight while k finalises */
 #pragma unroll
-            for (int i = 0; i < KVC_SEG; i++)
-                if (i < rows) idx_load_row<BF16>(P, w, kk, i, lane, x);
+            for (int i = 0; i < KVC_SEG; i++) idx_load_row<BF16>(P, w, kk, i, lane, x);
         const kv_slot at = w.at[k];
         const int bad = idx_finalize(a, c, wt, cs, lane, a.kv_cache + at.po, a.kv_cache + at.so);
         written++;

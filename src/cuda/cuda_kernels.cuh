@@ -30,6 +30,8 @@ struct stv {
 __device__ __forceinline__ void red_step(float m, float s, float v, float *d, float *n) {
     kvc_gen_step(m, s, v, d, n, FASTNUM);
 }
+__device__ __forceinline__ float red_weight(float m, float s) { return kvc_gen_weight(m, s, FASTNUM); }
+__device__ __forceinline__ void red_acc(float e, float v, float *d, float *n) { kvc_gen_acc(e, v, d, n, FASTNUM); }
 __device__ __forceinline__ void red_merge(float *mA, float *dA, float *nA, float mB, float dB, float nB) {
     kvc_gen_merge(mA, dA, nA, mB, dB, nB, FASTNUM);
 }

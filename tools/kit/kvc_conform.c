@@ -230,13 +230,18 @@ static const char *const k_many[][3] = {
 
 /* DeepSeek-V4's indexer shapes (SPEC 9, 10) that the random draws rarely
  * combine: a bf16 state and a score bias at head width 128 with windows of
- * one segment, the masked rows of each request's first windows, and more
- * outputs than a GPU work-group takes in one round. */
+ * one segment, the masked rows of each request's first windows, more
+ * outputs than a GPU work-group takes in one round, and windows of fewer
+ * than 8 rows (C = 1, 3) in each of the GPU indexer kernels' forms. */
 static const char *const k_specs[] = {
     "reqs=3,tokens=777,C=4,block=4,overlap=1,format=indexer_fp8,state=bf16,layout=shuffle",
     "reqs=3,tokens=777,C=4,block=3,overlap=1,format=indexer_mxfp4,rotate=1,state=bf16,bias=1,layout=shuffle",
     "reqs=2,tokens=500,C=8,block=5,format=indexer_mxfp4,state=bf16,layout=contig",
     "reqs=3,tokens=777,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,cos_sin=interleaved,layout=shuffle",
+    "reqs=3,tokens=300,C=3,block=4,overlap=1,format=indexer_fp8,layout=shuffle",
+    "reqs=2,tokens=90,C=3,block=7,format=indexer_fp8,bias=1,layout=shuffle",
+    "reqs=2,tokens=100,C=1,block=2,overlap=1,format=indexer_mxfp4,rotate=1,state=bf16,layout=contig",
+    "reqs=2,tokens=100,C=1,block=2,overlap=1,format=indexer_mxfp4,state=bf16,bias=1,layout=shuffle",
 };
 
 int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
