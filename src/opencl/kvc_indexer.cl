@@ -51,13 +51,12 @@ static inline void idx_widen(float *o) {
     o[3] = as_float(hi & 0xFFFF0000u);
 }
 
-/* A window's rows at row offsets ro[i] (< 0: masked, value 0 and score -Inf).
- * (The offsets come in private memory: PoCL read zeros through a local
- * pointer passed here.) */
-static inline void idx_load(__global const float *state, const long *ro, long sdelta, int rows, int l, int bf16,
-                            int vec, float v[KVC_SEG][4], float s[KVC_SEG][4]) {
+/* A window's rows at row offsets ro[i] (< 0: masked, value 0 and score -Inf;
+ * so are the rows past a window of fewer than 8).  (The offsets come in
+ * private memory: PoCL read zeros through a local pointer passed here.) */
+static inline void idx_load(__global const float *state, const long *ro, long sdelta, int l, int bf16, int vec,
+                            float v[KVC_SEG][4], float s[KVC_SEG][4]) {
     for (int i = 0; i < KVC_SEG; i++) {
-        if (i >= rows) break;
         const long off = ro[i];
         if (off >= 0) {
             idx_ld4(state, off, l, bf16, vec, v[i]);
@@ -177,7 +176,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
 #define KVC_CL_IDX_LOAD(k_)                                                 \
     do {                                                                    \
         for (int i = 0; i < KVC_SEG; i++) ro[i] = rowoff[KVC_SEG * (k_) + i]; \
-        idx_load(state, ro, sdelta, rows, l, bf16, vec, v, s);              \
+        idx_load(state, ro, sdelta, l, bf16, vec, v, s);                    \
     } while (0)
     if (g < nlive) KVC_CL_IDX_LOAD(s_live[g]);
     for (int r0 = 0; r0 < nlive; r0 += KVC_CL_IDX_SLOTS) { /* (the same count in every work-item) */
@@ -189,23 +188,26 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
                     kvc_cos_sin(cos_sin + s_pc[k] * sh.cos_sin_stride, il, 2 * (l - 16) + t, &cs[2 * t],
                                 &cs[2 * t + 1]);
             if (bf16)
-                for (int i = 0; i < KVC_SEG; i++)
-                    if (i < rows) {
-                        idx_widen(v[i]);
-                        idx_widen(s[i]);
-                    }
+                for (int i = 0; i < KVC_SEG; i++) {
+                    idx_widen(v[i]);
+                    idx_widen(s[i]);
+                }
             if (sh.score_bias_stride)
                 for (int i = 0; i < KVC_SEG; i++) {
-                    const long b = i < rows ? boff[KVC_SEG * k + i] : -1;
+                    const long b = boff[KVC_SEG * k + i];
                     if (b >= 0)
                         for (int j = 0; j < 4; j++) s[i][j] = KVC_ADD(s[i][j], bias[b + 4 * l + j]);
                 }
+            /* A window of fewer than 8 rows is reduced as 8, the rows past
+             * it masked: such a row leaves the max alone and adds +0 to the
+             * sums, which never changes their bits (a sum from +0 is never
+             * -0).  No row needs a guard, and every row's weight comes
+             * before the sums (their exps overlap), as in the CUDA kernel. */
             for (int j = 0; j < 4; j++) {
-                float m = s[0][j], den = 0.0f, num = 0.0f;
-                for (int i = 1; i < KVC_SEG; i++)
-                    if (i < rows) m = kvc_max(m, s[i][j]);
-                for (int i = 0; i < KVC_SEG; i++)
-                    if (i < rows) kvc_seg_step(m, s[i][j], v[i][j], &den, &num);
+                float m = s[0][j], den = 0.0f, num = 0.0f, e[KVC_SEG];
+                for (int i = 1; i < KVC_SEG; i++) m = kvc_max(m, s[i][j]);
+                for (int i = 0; i < KVC_SEG; i++) e[i] = kvc_exp(KVC_SUB(s[i][j], m));
+                for (int i = 0; i < KVC_SEG; i++) kvc_seg_acc(e[i], v[i][j], &den, &num);
                 kvc_seg_close(m, &den, &num);
                 c[j] = KVC_DIV(num, den);
             }
