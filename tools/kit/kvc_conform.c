@@ -204,7 +204,8 @@ static void random_params(int i, kvc_case_params *p) {
 /* The GPU-path shapes (the OpenCL chunk plans of 1..8 chunks of 4..32
  * segments; the CUDA one-segment, chunked and multi-chunk kernels, and the
  * slice kernel's row-table path: blocks of 12 and 4 rows, segments across
- * blocks), with a NaN score and a padding output where marked. */
+ * blocks; the one-segment kernels' windows of 6 and 3 rows), with a NaN
+ * score and a padding output where marked. */
 typedef struct {
     int64_t reqs, tokens, C, bs, S;
     int shuffle, fp8, nan, pad, overlap;
@@ -213,6 +214,7 @@ static const path_shape k_paths[] = {
     {2, 512, 32, 8, 64, 1, 0, 1, 1, 0},   {1, 512, 128, 8, 64, 1, 0, 1, 1, 0}, {1, 1024, 512, 8, 2, 0, 1, 0, 0, 0},
     {1, 1024, 1024, 16, 64, 1, 0, 0, 1, 0}, {1, 2048, 2048, 8, 64, 1, 1, 0, 0, 0}, {3, 777, 4, 4, 64, 1, 1, 1, 1, 1},
     {2, 4096, 128, 64, 2, 1, 1, 0, 1, 0},   {2, 1024, 256, 12, 64, 1, 1, 1, 1, 0}, {1, 512, 128, 4, 64, 0, 0, 1, 1, 0},
+    {2, 300, 3, 4, 64, 1, 1, 1, 1, 1},      {1, 200, 3, 8, 64, 0, 0, 0, 1, 0},
 };
 
 /* kvc_compress_many: decode-sized sets in one call -- a CSA layer's two
