@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
             printf("skip %s: %s\n", runs[i].name, compiled ? "no device" : "not compiled in");
             continue;
         }
-        kvc_conform_opts o = {runs[i].backend, runs[i].threads, argv[1], nrandom, 1, NULL};
+        kvc_conform_opts o = {runs[i].backend, runs[i].threads, argv[1], nrandom, 1, NULL, 1};
         kvc_conform_result r;
         if (kvc_kit_conform(&o, &r) != 0) {
             fprintf(stderr, "test_backends: no golden data in %s\n", argv[1]);

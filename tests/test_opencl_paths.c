@@ -42,7 +42,7 @@ int main(void) {
         setenv("KVC_OPENCL_NO_WIDE", modes[m], 1);
         /* the second pass without the slice kernels' shapes: they take the
          * same kernels in both modes */
-        kvc_conform_opts o = {KVC_BACKEND_OPENCL, 0, NULL, 0, m == 0 ? 1 : 2, stdout};
+        kvc_conform_opts o = {KVC_BACKEND_OPENCL, 0, NULL, 0, m == 0 ? 1 : 2, stdout, 0};
         kvc_conform_result r;
         kvc_kit_conform(&o, &r);
         printf("KVC_OPENCL_NO_WIDE=%s: %d passed, %d failed\n", modes[m], r.passed, r.failed);

@@ -403,7 +403,7 @@ int main(int argc, char **argv) {
             const char *name;
         } forms[] = {{KVC_CPU_ISA_PORTABLE, "portable"}, {KVC_CPU_ISA_AVX2, "AVX2"}};
         for (int f = 0; f < 2; f++) {
-            kvc_conform_opts o = {KVC_BACKEND_CPU, 2, argv[1], 0, 0, NULL};
+            kvc_conform_opts o = {KVC_BACKEND_CPU, 2, argv[1], 0, 0, NULL, 0};
             kvc_conform_result r;
             kvc_cpu_force_isa(forms[f].isa);
             const int rc = kvc_kit_conform(&o, &r);

@@ -998,7 +998,7 @@ static int cmd_verify(int argc, char **argv) {
     }
     printf("golden data: %s\n", golden);
     /* the conformance matrix of tests/test_backends.c (tools/kit/kvc_conform.c) */
-    kvc_conform_opts o = {be, threads, ng < 0 ? NULL : golden, nrandom, nrandom > 0, stdout};
+    kvc_conform_opts o = {be, threads, ng < 0 ? NULL : golden, nrandom, nrandom > 0, stdout, nrandom > 0};
     kvc_conform_result res;
     kvc_kit_conform(&o, &res);
     const int passed = res.passed, failed = res.failed;

@@ -246,6 +246,17 @@ static const char *const k_specs[] = {
     "reqs=2,tokens=100,C=1,block=2,overlap=1,format=indexer_mxfp4,state=bf16,bias=1,layout=shuffle",
 };
 
+/* Windows of one segment in calls of more outputs than the CUDA backend's
+ * decode-sized kernel takes (cuda_decode.cuh: over 4 an SM's resident CTAs
+ * of the one-segment and indexer kernels), so that those kernels run them:
+ * windows of 6 and 2 rows, a NaN score and a padding output (head width
+ * 512), a score bias and a bf16 state (128). */
+static const char *const k_large[] = {
+    "reqs=2,tokens=3000,C=3,block=4,overlap=1,format=fp8,layout=shuffle",
+    "reqs=2,tokens=4800,C=3,block=4,overlap=1,format=indexer_fp8,bias=1,layout=shuffle",
+    "reqs=2,tokens=3200,C=1,block=2,overlap=1,format=indexer_mxfp4,rotate=1,state=bf16,layout=shuffle",
+};
+
 int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
     memset(r, 0, sizeof *r);
     char msg[512];
@@ -317,6 +328,23 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         int bad = make_case(NULL, k_specs[i], &c, msg, sizeof msg);
         if (!bad) bad = one_case(o, &c, 17 + (uint64_t)i, msg, sizeof msg);
         report(o, r, bad, "spec", k_specs[i], msg);
+        if (c.state_cache) kvc_case_free(&c);
+    }
+    for (int i = 0; o->large && i < (int)(sizeof k_large / sizeof k_large[0]); i++) {
+        kvc_case_params p;
+        kvc_case c;
+        memset(&c, 0, sizeof c);
+        msg[0] = 0;
+        kvc_case_poison nan = {1, 700, 1024 + 5, NAN}; /* request 1, a score of position 700 (overlap: from 1024) */
+        int bad = kvc_kit_parse_spec(k_large[i], &p, msg, sizeof msg) != 0;
+        if (!bad && i == 0) {
+            p.num_poison = 1;
+            p.poison = &nan;
+        }
+        if (!bad) bad = make_case(&p, NULL, &c, msg, sizeof msg);
+        if (!bad && i == 0) c.kv_slot_mapping[c.boundary_token_indices[1]] = -1; /* output 1 padding */
+        if (!bad) bad = one_case(o, &c, 23 + (uint64_t)i, msg, sizeof msg);
+        report(o, r, bad, "large", k_large[i], msg);
         if (c.state_cache) kvc_case_free(&c);
     }
     for (int i = 0; i < (int)(sizeof k_many / sizeof k_many[0]); i++) {

@@ -160,6 +160,9 @@ typedef struct kvc_conform_opts {
                           /* slice kernels do not take (C = 128 / 256 / 512, no     */
                           /* overlap: the same kernels under either OpenCL mode)   */
     FILE *log;            /* one line per case; NULL: failures only, to stderr      */
+    int large;            /* 1: also the shapes of more outputs than the GPUs'      */
+                          /* decode-sized kernels take (thousands: not for a        */
+                          /* simulator)                                             */
 } kvc_conform_opts;
 typedef struct kvc_conform_result {
     int passed, failed;
