@@ -36,7 +36,9 @@
  * width 128 (SPEC 9) such windows go to the indexer kernel
  * (cuda_indexer.cuh: a warp per output); other head-128 windows, and a
  * bf16 state or score bias where no tuned kernel takes the window, to the
- * general kernel (kvc_general.h).
+ * general kernel (kvc_general.h).  Calls of such windows whose outputs fit
+ * one wave of an output a CTA (decode steps) go to segment1_kernel
+ * (cuda_decode.cuh: a thread a dim, either head width) instead.
  *
  * Files: the device code is cuda_kernels.cuh, compiled here once per DPT
  * and numerics mode (namespaces kvc_cuda_d1, kvc_cuda_d2; FAST, SPEC 8:
@@ -74,7 +76,10 @@
 struct launch_params {
     kvc_args a;                 /* resolved args (device pointers)               */
     kvc_plan pl;                /* rows, segments, chunking, small_k, vec        */
-    kvc_device_status *status;  /* device status word                            */
+    kvc_device_status *status;  /* device status word (zeroed before the call)    */
+    kvc_device_status *status_out; /* a call of one output on segment1_kernel: the
+                                   status word, written whole by its thread 0 (no
+                                   memset before it); else NULL                   */
     unsigned *tickets;          /* [num_outputs] arrival counters (zeroed)       */
     float *chunk_states;        /* [num_outputs][nchunk][3][512]; slice kernels at C = 128: [num_outputs][SLICE_REC] */
     long long *slice_bad;       /* slice kernels: [num_outputs][nchunk][8] bad-block words */
@@ -203,6 +208,13 @@ static const kernel_fn kIndexerKernels[2][2][2] = {
      {kvc_cuda_d2::indexer_kernel<true, false>, kvc_cuda_d2::indexer_kernel<true, true>}},
     {{kvc_cuda_d2f::indexer_kernel<false, false>, kvc_cuda_d2f::indexer_kernel<false, true>},
      {kvc_cuda_d2f::indexer_kernel<true, false>, kvc_cuda_d2f::indexer_kernel<true, true>}}};
+/* [fast][head width 128][bf16][score bias] */
+#define KVC_SEG1(ns, d) \
+    {{ns::segment1_kernel<d, false, false>, ns::segment1_kernel<d, false, true>}, \
+     {ns::segment1_kernel<d, true, false>, ns::segment1_kernel<d, true, true>}}
+static const kernel_fn kSegment1Kernels[2][2][2][2] = {{KVC_SEG1(kvc_cuda_d2, 512), KVC_SEG1(kvc_cuda_d2, 128)},
+                                                       {KVC_SEG1(kvc_cuda_d2f, 512), KVC_SEG1(kvc_cuda_d2f, 128)}};
+#undef KVC_SEG1
 /* [fast][log2 chunks][variant]: float32 state with any token stride or
  * 1024 (dense), the same with a bf16 state, then a score bias (any stride)
  * on float32 and bf16 states */
@@ -490,7 +502,7 @@ static kvc_status cuda_compress(const kvc_args *sets, int n, const kvc_exec *e, 
 /* One argument set's launch: its parameters, kernels and workspace. */
 struct set_plan {
     launch_params P;
-    int general, slice, indexer, dpt, kf; /* kf: the main kernel's body (main_kernel_for) */
+    int general, slice, indexer, seg1, dpt, kf; /* kf: the main kernel's body (main_kernel_for) */
     long long L;
     size_t tk_bytes, slice_bad_bytes; /* its tickets' bytes; the slice area's bad-block words */
     size_t gen_need, slice_need;      /* workspace bytes after the status word; of the slice area */
@@ -500,6 +512,20 @@ struct set_plan {
 static int small_minb(const kvc_args *a, int bf16) {
     return a->numerics == KVC_NUMERICS_FAST ? kvc_cuda_d2f::small_minb(bf16, a->score_bias != NULL)
                                             : kvc_cuda_d2::small_minb(bf16, a->score_bias != NULL);
+}
+
+/* segment1_kernel's CTAs resident at once on device dev (one wave), asked
+ * of the runtime once per device and variant. */
+static long long seg1_wave(int dev, int fast, int d128, int bf16, int bias) {
+    static int per_sm[64][16];
+    int &n = per_sm[dev][8 * fast + 4 * d128 + 2 * bf16 + bias];
+    if (!n && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kSegment1Kernels[fast][d128][bf16][bias],
+                                                             d128 ? 128 : 512, 0) != cudaSuccess ||
+               n < 1)) {
+        cudaGetLastError();
+        n = 1;
+    }
+    return (long long)n * sm_count(dev);
 }
 
 /* Plan set a's launch on device dev (host arithmetic only). */
@@ -520,10 +546,14 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
      * partial waves), but chunks of >= 4 segments,
      * <= KVC_CUDA_MAX_CH = 16 (2 lanes x 8), and <= KVC_CUDA_MAXCHUNKS = 8 chunks per
      * output (the last CTA's merge is the parallel, load-all-first one).
-     * One-segment windows: always the one-segment kernel, K outputs per CTA
-     * for whole waves of small_minb() CTAs per SM. */
-    const kvc_plan_policy pol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, KVC_CUDA_MAX_CH,
-                                 (long long)small_minb(a, bf16) * sm_count(dev), ks::kSmallK, 0};
+     * One-segment windows: always the one-segment kernel (head width 512) or
+     * the indexer kernel (128: a warp per output), K outputs per CTA for
+     * whole waves of their resident CTAs per SM. */
+    sp->indexer = a->head_dim == 128 &&
+                  kvc_num_segments(kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON)) == 1;
+    const int minb = sp->indexer ? ks::idx_minb(bf16, a->score_bias != NULL) : small_minb(a, bf16);
+    const kvc_plan_policy pol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, KVC_CUDA_MAX_CH, (long long)minb * sm_count(dev),
+                                 sp->indexer ? ks::kIdxKSolo : ks::kSmallK, 0};
     kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &pol, &P.pl);
     /* the slice kernels (cuda_slice.cuh): every call of 16, 32 or 64 full
      * segments (C = 128, 256, 512) without overlap, 8-byte rows (faster than
@@ -532,12 +562,7 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     const int bias_pairs = !a->score_bias || ((uintptr_t)a->score_bias % 8 == 0 && a->score_bias_stride % 2 == 0);
     int slice = !general && bias_pairs && kvc_plan_slice(a, &P.pl, (uintptr_t)a->state_cache % (2 * esz) == 0);
     if (!general && !slice && !P.pl.small_k && (bf16 || a->score_bias)) general = 1;
-    sp->indexer = general && a->head_dim == 128 && P.pl.nseg == 1;
-    if (sp->indexer) { /* a warp per output, K outputs a CTA for whole waves */
-        const kvc_plan_policy ipol = {KVC_CUDA_CHDIV, KVC_CUDA_MAXCHUNKS, KVC_CUDA_MAX_CH,
-                                      (long long)ks::idx_minb(bf16, a->score_bias != NULL) * sm_count(dev),
-                                      ks::kIdxKSolo, 0};
-        kvc_plan_make(nout, a->compress_ratio, a->overlap == KVC_OVERLAP_ON, &ipol, &P.pl);
+    if (sp->indexer) {
         general = 0;
         /* 16-byte (bf16: 8-byte) row loads: every row offset a multiple of 4 elements */
         P.pl.vec = (uintptr_t)a->state_cache % (4 * esz) == 0 && a->state_stride_block % 4 == 0 &&
@@ -548,6 +573,10 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
         P.pl.nchunk = 1;
         P.pl.small_k = 0;
     }
+    /* one-segment windows in at most one wave of segment1_kernel's CTAs
+     * (decode steps): an output a CTA instead */
+    sp->seg1 = P.pl.small_k > 0 &&
+               nout <= seg1_wave(dev, a->numerics == KVC_NUMERICS_FAST, sp->indexer, bf16, a->score_bias != NULL);
     if (slice) { /* C = 128: slice records; else chunk states [nout][nseg / 16][3][512] */
         P.pl.vec = 1;
         P.bs_shift = (a->block_size & (a->block_size - 1)) == 0 ? __builtin_ctzll((unsigned long long)a->block_size) : -1;
@@ -606,14 +635,17 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
     P.pl.keep_status = set > 0;
     char *slice_area = buf + st_bytes + gen_cap;
     P.status = e->device_status ? e->device_status : (kvc_device_status *)buf;
+    const int direct = set == 0 && sp->seg1 && nout == 1;
+    P.status_out = direct ? P.status : NULL;
     P.tickets = (unsigned *)(buf + st_bytes);
     P.chunk_states = slice ? (float *)(slice_area + slice_bad_bytes)
                            : (float *)(buf + st_bytes + tk_bytes);
     P.slice_bad = (long long *)slice_area;
     /* The status word, by the first set only: zeroed by the slice kernel
-     * itself, else by a memset, with the main kernel's tickets where they
-     * are adjacent. */
-    const int memset_status = set == 0 && !(slice && nout > 0);
+     * itself, written whole by a one-output call's segment1_kernel, else
+     * zeroed by a memset, with the main kernel's tickets where they are
+     * adjacent. */
+    const int memset_status = set == 0 && !direct && !(slice && nout > 0);
     const size_t tickets = !slice && P.pl.nchunk > 1 ? (size_t)nout * 4 : 0;
     if (memset_status && e->device_status &&
         (err = cudaMemsetAsync(e->device_status, 0, sizeof(kvc_device_status), stream)) != cudaSuccess)
@@ -656,14 +688,20 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
     const long long blocks = P.pl.groups;
     if (blocks > 0x7FFFFFFFLL)
         return kvc_fail(KVC_ERROR_BAD_SHAPE, "%lld CTAs (num_outputs %lld) exceed the CUDA grid", blocks, nout);
+    const int bf16 = a->state_dtype == KVC_STATE_BFLOAT16, bias = a->score_bias != NULL;
+    if (sp->seg1) { /* decode-sized: an output a CTA */
+        const int d = sp->indexer ? 128 : 512;
+        kSegment1Kernels[fastnum][d == 128][bf16][bias]<<<(unsigned)nout, (unsigned)d, 0, stream>>>(P);
+        if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
+        return KVC_OK;
+    }
     if (sp->indexer) { /* head width 128, one-segment windows: a warp per output */
-        kIndexerKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16][a->score_bias != NULL]
-            <<<(unsigned)blocks, ks::kIdxWarps * 32, 0, stream>>>(P);
+        kIndexerKernels[fastnum][bf16][bias]<<<(unsigned)blocks, ks::kIdxWarps * 32, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
     if (P.pl.small_k) { /* one-segment windows: several outputs per CTA */
-        const kernel_fn small_k = kSmallKernels[fastnum][a->state_dtype == KVC_STATE_BFLOAT16][a->score_bias != NULL];
+        const kernel_fn small_k = kSmallKernels[fastnum][bf16][bias];
         small_k<<<(unsigned)blocks, ks::kDG, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;

@@ -97,92 +97,162 @@ __device__ __forceinline__ void idx_load_row(const launch_params &P, const W &w,
     }
 }
 
-/* kvc_finalize_indexer on one warp: lane l's window sums c of dims 4l ..
- * 4l + 3, its weights w and (lanes >= 16) the cos / sin of its two RoPE
- * pairs.  @return 1 (every lane) for a non-finite slot. */
-__device__ int idx_finalize(const kvc_args &a, const float c[4], const float w[4], const float cs[4], int lane,
-                            uint8_t *payload, uint8_t *scales) {
+/* The finaliser's exchanges between the threads of one output, for a
+ * layout of DPL dims a thread (thread t: dims DPL t .. DPL t + DPL - 1):
+ * xor(v, m) is thread t ^ m's v, any(b) the or of every thread's b; all
+ * threads of the output call each of them. */
+struct idx_warp_xg { /* DPL = 4: a warp, shuffles */
+    __device__ __forceinline__ float xor_(float v, int m) const { return __shfl_xor_sync(IDX_FULL, v, m); }
+    __device__ __forceinline__ int any(int b) const { return __any_sync(IDX_FULL, b); }
+};
+struct idx_cta_xg { /* DPL = 1: a CTA of 128 threads, shuffles within a warp, buf[128] across */
+    float *buf;
+    int t;
+    __device__ __forceinline__ float xor_(float v, int m) const {
+        if (m < 32) return __shfl_xor_sync(IDX_FULL, v, m);
+        buf[t] = v;
+        __syncthreads();
+        const float r = buf[t ^ m];
+        __syncthreads();
+        return r;
+    }
+    __device__ __forceinline__ int any(int b) const { return __syncthreads_or(b); }
+};
+
+/* kvc_finalize_indexer over the 128 / DPL threads of one output (xg their
+ * exchanges): thread t's window sums c of dims DPL t .., its weights w
+ * and, on dims >= 64, the cos / sin of its RoPE pairs (DPL = 1: of the
+ * pair its dim belongs to).  The pairwise sums, the butterflies and the
+ * maxima take the same operands in every layout: the same bytes.
+ * @return 1 (every thread) for a non-finite slot. */
+template <int DPL, class XG>
+__device__ int idx_finalize(const kvc_args &a, const float c[DPL], const float w[DPL], const float cs[DPL < 2 ? 2 : DPL],
+                            int t, const XG &xg, uint8_t *payload, uint8_t *scales) {
+    constexpr int T = 128 / DPL; /* threads */
+    const int d0 = DPL * t;
     int bad = 0;
-    float x[4];
+    float x[DPL];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < DPL; j++) {
         bad |= kvc_nonfinite(c[j]);
         x[j] = KVC_MUL(c[j], c[j]);
     }
-    /* the pairwise sum over 128: two levels in the lane, five across lanes */
-    float ss = KVC_ADD(KVC_ADD(x[0], x[1]), KVC_ADD(x[2], x[3]));
+    /* the pairwise sum over 128: its levels below DPL in the thread, the rest across threads */
 #pragma unroll
-    for (int h = 1; h < 32; h <<= 1) ss = KVC_ADD(ss, __shfl_down_sync(IDX_FULL, ss, h));
-    ss = __shfl_sync(IDX_FULL, ss, 0);
+    for (int h = 1; h < DPL; h <<= 1)
+#pragma unroll
+        for (int j = 0; j < DPL; j += 2 * h) x[j] = KVC_ADD(x[j], x[j + h]);
+    float ss = x[0];
+#pragma unroll
+    for (int m = 1; m < T; m <<= 1) ss = KVC_ADD(ss, xg.xor_(ss, m)); /* (a + b == b + a: every thread the same) */
     const float rr = KVC_DIV(1.0f, KVC_SQRT(KVC_ADD(KVC_MUL(ss, KVC_INV128), a.rms_norm_eps)));
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < DPL; j++) {
         x[j] = kvc_rms_apply(c[j], rr, w[j]);
         bad |= kvc_nonfinite(x[j]);
     }
-    if (lane >= 16) /* RoPE on dims 64 .. 127: the lane's pairs (4l, 4l + 1), (4l + 2, 4l + 3) */
+    /* RoPE on dims 64 .. 127: pairs (2p, 2p + 1) */
+    if constexpr (DPL >= 2) {
+        if (d0 >= 64)
 #pragma unroll
-        for (int t = 0; t < 2; t++) kvc_rope(x[2 * t], x[2 * t + 1], cs[2 * t], cs[2 * t + 1], &x[2 * t], &x[2 * t + 1]);
-    if (a.rotate) { /* Walsh-Hadamard: h = 1, 2 in the lane, 4 .. 64 across lanes */
-#pragma unroll
-        for (int h = 1; h < 4; h <<= 1)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                if (!(j & h)) {
-                    const float u = x[j], v = x[j + h];
-                    x[j] = KVC_ADD(u, v);
-                    x[j + h] = KVC_SUB(u, v);
-                }
-#pragma unroll
-        for (int m = 1; m < 32; m <<= 1)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float b = __shfl_xor_sync(IDX_FULL, x[j], m);
-                x[j] = (lane & m) ? KVC_SUB(b, x[j]) : KVC_ADD(x[j], b);
-            }
-#pragma unroll
-        for (int j = 0; j < 4; j++) x[j] = KVC_MUL(x[j], KVC_INV_SQRT128);
+            for (int q = 0; q < DPL / 2; q++)
+                kvc_rope(x[2 * q], x[2 * q + 1], cs[2 * q], cs[2 * q + 1], &x[2 * q], &x[2 * q + 1]);
+    } else {
+        const float o = xg.xor_(x[0], 1);
+        if (d0 >= 64) {
+            const int odd = d0 & 1;
+            float u, v;
+            kvc_rope(odd ? o : x[0], odd ? x[0] : o, cs[0], cs[1], &u, &v);
+            x[0] = odd ? v : u;
+        }
     }
-    float amax = 0.0f;
+    if (a.rotate) { /* Walsh-Hadamard: h = 1, 2, .., 64, in the thread below DPL */
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+        for (int h = 1; h < 128; h <<= 1) {
+            if (h < DPL) {
+#pragma unroll
+                for (int j = 0; j < DPL; j++)
+                    if (!(j & h)) {
+                        const float u = x[j], v = x[j + h];
+                        x[j] = KVC_ADD(u, v);
+                        x[j + h] = KVC_SUB(u, v);
+                    }
+            } else {
+#pragma unroll
+                for (int j = 0; j < DPL; j++) {
+                    const float b = xg.xor_(x[j], h / DPL);
+                    x[j] = (t & (h / DPL)) ? KVC_SUB(b, x[j]) : KVC_ADD(x[j], b);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < DPL; j++) x[j] = KVC_MUL(x[j], KVC_INV_SQRT128);
+    }
+    float amax = 0.0f; /* (a signed zero's order never shows: the exponents take max(amax, floor)) */
+#pragma unroll
+    for (int j = 0; j < DPL; j++) {
         bad |= kvc_nonfinite(x[j]);
         bad |= kvc_nope_bf16(x[j], &x[j]);
         amax = kvc_max(amax, x[j] < 0.0f ? -x[j] : x[j]);
     }
-    bad = __any_sync(IDX_FULL, bad);
+    bad = xg.any(bad);
     if (a.nope_format == KVC_FMT_IFP8) {
 #pragma unroll
-        for (int m = 1; m < 32; m <<= 1) amax = kvc_max(amax, __shfl_xor_sync(IDX_FULL, amax, m));
+        for (int m = 1; m < T; m <<= 1) amax = kvc_max(amax, xg.xor_(amax, m));
         const int e = kvc_ifp8_exponent(amax);
         const float inv = kvc_pow2(-e);
         uint32_t wd = 0;
 #pragma unroll
-        for (int j = 0; j < 4; j++) wd |= (uint32_t)kvc_ifp8_code(x[j], inv) << (8 * j);
+        for (int j = 0; j < DPL; j++) wd |= (uint32_t)kvc_ifp8_code(x[j], inv) << (8 * j);
         if (bad) wd = 0;
         const uint32_t sb = bad ? 0x7FC00000u : KVC_BITS(kvc_pow2(e)); /* a quiet NaN for a non-finite slot */
-        if (((uintptr_t)payload & 3) == 0) {
-            reinterpret_cast<uint32_t *>(payload)[lane] = wd;
+        if (DPL == 4 && ((uintptr_t)payload & 3) == 0) {
+            reinterpret_cast<uint32_t *>(payload)[t] = wd;
         } else {
 #pragma unroll
-            for (int j = 0; j < 4; j++) payload[4 * lane + j] = (uint8_t)(wd >> (8 * j));
+            for (int j = 0; j < DPL; j++) payload[d0 + j] = (uint8_t)(wd >> (8 * j));
         }
-        if (lane < 4) scales[lane] = (uint8_t)(sb >> (8 * lane));
-    } else { /* INDEXER_MXFP4: blocks of 32 dims = 8 lanes */
+        if (t < 4) scales[t] = (uint8_t)(sb >> (8 * t));
+    } else { /* INDEXER_MXFP4: blocks of 32 dims */
 #pragma unroll
-        for (int m = 1; m < 8; m <<= 1) amax = kvc_max(amax, __shfl_xor_sync(IDX_FULL, amax, m));
+        for (int m = 1; m < 32 / DPL; m <<= 1) amax = kvc_max(amax, xg.xor_(amax, m));
         const int e = kvc_mx_exponent(amax);
         const float inv = kvc_pow2(-e);
-        uint8_t b[2];
+        if constexpr (DPL >= 2) {
 #pragma unroll
-        for (int t = 0; t < 2; t++)
-            b[t] = bad ? (uint8_t)0
-                       : (uint8_t)(kvc_e2m1_code(KVC_MUL(x[2 * t], inv)) | (kvc_e2m1_code(KVC_MUL(x[2 * t + 1], inv)) << 4));
-        payload[2 * lane] = b[0];
-        payload[2 * lane + 1] = b[1];
-        if ((lane & 7) == 0) scales[lane >> 3] = bad ? (uint8_t)0xFF : (uint8_t)(e + 127);
+            for (int q = 0; q < DPL / 2; q++)
+                payload[d0 / 2 + q] = bad ? (uint8_t)0
+                                          : (uint8_t)(kvc_e2m1_code(KVC_MUL(x[2 * q], inv)) |
+                                                      (kvc_e2m1_code(KVC_MUL(x[2 * q + 1], inv)) << 4));
+        } else {
+            const int code = kvc_e2m1_code(KVC_MUL(x[0], inv));
+            const int hi = __shfl_xor_sync(IDX_FULL, code, 1);
+            if (!(t & 1)) payload[t / 2] = bad ? (uint8_t)0 : (uint8_t)(code | hi << 4);
+        }
+        if (d0 % 32 == 0) scales[d0 / 32] = bad ? (uint8_t)0xFF : (uint8_t)(e + 127);
     }
     return bad;
+}
+
+/* Row i (< the window's rows) of the window of boundary position p in
+ * request r, head width D: the element offsets of its values (*voff; its
+ * scores kvc_score_delta() further) and of its score bias row (*boff; -1
+ * without one), both -1 for a masked row (value 0, score -Inf).  @return 1
+ * with *blk set where the row's block is out of range. */
+__device__ __forceinline__ int seg1_row(const kvc_args &a, long long p, long long r, int i, int D, long long *voff,
+                                        long long *boff, long long *blk) {
+    const int ovl = a.overlap == KVC_OVERLAP_ON;
+    int vo, so;
+    const long long pos = kvc_window_row(p, a.compress_ratio, ovl, D, i, &vo, &so);
+    if (pos < 0) return 0;
+    const long long b = a.block_table[r * a.block_table_stride + pos / a.block_size];
+    if (b < 0 || b >= a.num_blocks) {
+        *blk = b;
+        return 1;
+    }
+    *voff = kvc_state_row_offset(&a, b, pos) + vo;
+    if (a.score_bias) *boff = kvc_bias_offset(pos, a.compress_ratio, a.score_bias_stride, so, ovl, D);
+    return 0;
 }
 
 /* BF16: a bf16 state (SPEC 10).  BIAS: a score bias is added where
@@ -214,21 +284,14 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
     }
     __syncthreads();
     /* their rows: a thread a row */
-    const int rows = (int)P.pl.rows, ovl = a.overlap == KVC_OVERLAP_ON;
+    const int rows = (int)P.pl.rows;
     for (int t = q; t < kn * KVC_SEG; t += IDX_WARPS * 32) {
         const int k = t / KVC_SEG, i = t % KVC_SEG;
         w.voff[t] = w.boff[t] = -1;
         if (!w.ok[k] || i >= rows) continue;
-        int vo, so;
-        const long long pos = kvc_window_row(w.p[k], a.compress_ratio, ovl, 128, i, &vo, &so);
-        if (pos < 0) continue; /* masked: value 0, score -Inf */
-        const long long blk = a.block_table[w.r[k] * a.block_table_stride + pos / a.block_size];
-        if (blk < 0 || blk >= a.num_blocks) {
-            if (atomicCAS(&w.bad[k], 0, 1) == 0) w.badg[k] = blk;
-            continue;
-        }
-        w.voff[t] = kvc_state_row_offset(&a, blk, pos) + vo;
-        if (a.score_bias) w.boff[t] = kvc_bias_offset(pos, a.compress_ratio, a.score_bias_stride, so, ovl, 128);
+        long long blk;
+        if (seg1_row(a, w.p[k], w.r[k], i, 128, &w.voff[t], &w.boff[t], &blk) && atomicCAS(&w.bad[k], 0, 1) == 0)
+            w.badg[k] = blk;
     }
     float wt[4], cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -311,7 +374,7 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
 #pragma unroll
             for (int i = 0; i < KVC_SEG; i++) idx_load_row<BF16>(P, w, kk, i, lane, x);
         const kv_slot at = w.at[k];
-        const int bad = idx_finalize(a, c, wt, cs, lane, a.kv_cache + at.po, a.kv_cache + at.so);
+        const int bad = idx_finalize<4>(a, c, wt, cs, lane, idx_warp_xg(), a.kv_cache + at.po, a.kv_cache + at.so);
         written++;
         nonfinite += bad;
         k = kk;

@@ -888,6 +888,7 @@ __global__ void __launch_bounds__(DG, small_minb(BF16, BIAS)) compress_small_ker
 #if DPT == 2
 #include "cuda_slice.cuh"
 #include "cuda_indexer.cuh"
+#include "cuda_decode.cuh"
 
 /* kvc_compress_many's sets of one-segment windows (a CSA layer's main and
  * indexer compressors in decode) as one launch: set s takes CTAs
