@@ -246,9 +246,9 @@ static const char *const k_specs[] = {
     "reqs=2,tokens=100,C=1,block=2,overlap=1,format=indexer_mxfp4,state=bf16,bias=1,layout=shuffle",
 };
 
-/* Windows of one segment in calls of more outputs than the CUDA backend's
- * decode-sized kernel takes (cuda_decode.cuh: over 4 an SM's resident CTAs
- * of the one-segment and indexer kernels), so that those kernels run them:
+/* Windows of one segment in calls of more outputs than one wave of the
+ * CUDA backend's decode-sized kernel (cuda_decode.cuh: an output a CTA)
+ * holds, so that the one-segment and indexer kernels run them:
  * windows of 6 and 2 rows, a NaN score and a padding output (head width
  * 512), a score bias and a bf16 state (128). */
 static const char *const k_large[] = {
