@@ -471,9 +471,19 @@ static int segment_rows(const cpu_job *job, const kvc_out_info *inf, int64_t row
     return n;
 }
 
+/* The cos/sin row (64 floats) of output inf into L2: its finaliser's loads
+ * would miss there otherwise, after the window's, with nothing else in
+ * flight (a cold row per output on long calls). */
+static void prefetch_cos_sin(const kvc_args *a, const kvc_out_info *inf) {
+    const char *cs = (const char *)(a->cos_sin_cache + inf->pc * a->cos_sin_stride);
+    const int bytes = KVC_ROPE_DIM * (int)sizeof(float);
+    for (int l = 0; l < bytes; l += 64) __builtin_prefetch(cs + l, 0, 2);
+    __builtin_prefetch(cs + bytes - 1, 0, 2);
+}
+
 /* Compute one output.  As its last segment starts, the thread takes the
  * output it computes next (take: from its run ts, or a new run; *taken, >=
- * num_outputs: none), whose first segment that last one prefetches: taken
+ * num_outputs: none), whose first segment and cos/sin row that last one prefetches: taken
  * then and not earlier, so that a call of few outputs still spreads them
  * over the threads.
  * @return 1 if written non-finite. */
@@ -506,6 +516,7 @@ static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf,
         } else {
             *taken = take(job, ts);
             const kvc_out_info *next = *taken < a->num_outputs ? &job->infos[*taken] : NULL;
+            if (next && next->slot >= 0) prefetch_cos_sin(a, next);
             if (next && next->slot >= 0 && (!job->staged || job->direct) && rows >= KVC_SEG &&
                 segment_rows(job, next, rows, 0, rv[nxt], rs[nxt], rb[nxt], &raw[nxt], NULL) == KVC_SEG) {
                 pfs = rs[nxt];
