@@ -87,9 +87,10 @@ AVX512_INLINE float sum_squares16(const float *c, float *y, int n, __mmask16 *ba
             _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_permutex2var_ps(lo, even, hi),
                                                   _mm512_permutex2var_ps(lo, odd, hi)));
         }
-    for (; n > 1; n >>= 1)
-        for (int i = 0; i < n / 2; i++) y[i] = KVC_ADD(y[2 * i], y[2 * i + 1]);
-    return y[0];
+    /* the last 16 in a register: lane i = lane 2i + lane 2i + 1 (the lanes past n / 2 unused) */
+    __m512 v = _mm512_loadu_ps(y);
+    for (; n > 1; n >>= 1) v = _mm512_add_ps(_mm512_permutexvar_ps(even, v), _mm512_permutexvar_ps(odd, v));
+    return _mm512_cvtss_f32(v);
 }
 
 /* y = (c * rr) * w of dims d .. d + 15 (kvc_rms_apply) */
@@ -217,14 +218,15 @@ AVX512 int kvc_cpu_finalize_indexer_avx512(const float *c, float *y, const uint1
         x[5 + 2 * t] = _mm512_permutex2var_ps(uo, ihi, wo);
     }
     if (rotate) {
-        for (int h = 1; h < 16; h <<= 1) {
-            int32_t px[16];
-            __mmask16 hi = 0;
-            for (int l = 0; l < 16; l++) {
-                px[l] = l ^ h;
-                if (l & h) hi |= (__mmask16)(1u << l);
-            }
-            const __m512i pi = _mm512_loadu_si512(px);
+        /* h = 1, 2, 4, 8: lane l's partner l ^ h; the lanes with bit h set take the difference */
+        static const int32_t kPartner[4][16] = {{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14},
+                                                {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13},
+                                                {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11},
+                                                {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}};
+        static const __mmask16 kHigh[4] = {0xAAAA, 0xCCCC, 0xF0F0, 0xFF00};
+        for (int lv = 0; lv < 4; lv++) {
+            const __m512i pi = _mm512_loadu_si512(kPartner[lv]);
+            const __mmask16 hi = kHigh[lv];
             for (int k = 0; k < 8; k++) {
                 const __m512 p = _mm512_permutexvar_ps(pi, x[k]);
                 x[k] = _mm512_mask_blend_ps(hi, _mm512_add_ps(x[k], p), _mm512_sub_ps(p, x[k]));
