@@ -257,6 +257,40 @@ static const char *const k_large[] = {
     "reqs=2,tokens=3200,C=1,block=2,overlap=1,format=indexer_mxfp4,rotate=1,state=bf16,layout=shuffle",
 };
 
+/* Score biases whose rows are not 16-byte aligned (odd_bias_rows), at
+ * either head width: the GPUs' 16-byte bias loads fall back to narrower
+ * ones.  The last (the CUDA indexer kernel's, as k_large) only with
+ * opts.large. */
+static const char *const k_odd_bias[] = {
+    "reqs=3,tokens=777,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,layout=shuffle",
+    "reqs=3,tokens=777,C=4,block=4,overlap=1,format=fp8,bias=1,state=bf16,layout=shuffle",
+    "reqs=2,tokens=1024,C=128,block=8,format=fp8,kv_block=2,bias=1,layout=shuffle",
+    "reqs=2,tokens=4800,C=3,block=4,overlap=1,format=indexer_mxfp4,bias=1,layout=shuffle",
+};
+
+/* c's score bias re-laid in rows of state_width / 2 + 1 floats from one
+ * float into its buffer (so that only its first row starts 16-byte
+ * aligned), the floats between the rows NaN (never read).  @return 1 (out
+ * of memory). */
+static int odd_bias_rows(kvc_case *c, char *msg, size_t len) {
+    const int64_t w = c->args.state_width / 2, C = c->args.compress_ratio, st = w + 1;
+    float *b = malloc(sizeof(float) * (size_t)(1 + C * st));
+    if (!b) {
+        snprintf(msg, len, "out of memory");
+        return 1;
+    }
+    b[0] = NAN;
+    for (int64_t r = 0; r < C; r++) {
+        memcpy(b + 1 + r * st, c->score_bias + r * w, sizeof(float) * (size_t)w);
+        b[1 + r * st + w] = NAN;
+    }
+    free(c->score_bias);
+    c->score_bias = b;
+    c->args.score_bias = b + 1;
+    c->args.score_bias_stride = st;
+    return 0;
+}
+
 int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
     memset(r, 0, sizeof *r);
     char msg[512];
@@ -345,6 +379,16 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         if (!bad && i == 0) c.kv_slot_mapping[c.boundary_token_indices[1]] = -1; /* output 1 padding */
         if (!bad) bad = one_case(o, &c, 23 + (uint64_t)i, msg, sizeof msg);
         report(o, r, bad, "large", k_large[i], msg);
+        if (c.state_cache) kvc_case_free(&c);
+    }
+    const int n_odd = (int)(sizeof k_odd_bias / sizeof k_odd_bias[0]);
+    for (int i = 0; i < n_odd - (o->large ? 0 : 1); i++) {
+        kvc_case c;
+        msg[0] = 0;
+        int bad = make_case(NULL, k_odd_bias[i], &c, msg, sizeof msg);
+        if (!bad) bad = odd_bias_rows(&c, msg, sizeof msg);
+        if (!bad) bad = one_case(o, &c, 29 + (uint64_t)i, msg, sizeof msg);
+        report(o, r, bad, "odd bias rows", k_odd_bias[i], msg);
         if (c.state_cache) kvc_case_free(&c);
     }
     for (int i = 0; i < (int)(sizeof k_many / sizeof k_many[0]); i++) {
