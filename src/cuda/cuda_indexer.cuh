@@ -27,6 +27,10 @@
 #define IDX_MINB16 3
 __host__ __device__ constexpr int idx_minb(bool bf16, bool bias) { return bf16 && !bias ? IDX_MINB16 : IDX_MINB; }
 #define IDX_FULL 0xFFFFFFFFu
+/* indexer_body's BIAS: none, 4-byte bias loads, 16-byte ones */
+#define IDX_BIAS_NONE 0
+#define IDX_BIAS_SCALAR 1
+#define IDX_BIAS_VEC 2
 
 /* The CTA's outputs: row offsets (8k + i: output k's row i; -1 masked or
  * unused) and their score bias rows, the outputs' checks, slots and
@@ -78,6 +82,14 @@ __device__ __forceinline__ typename idx_raw<BF16>::T idx_load4(const float *stat
         const float *f = state + off + 4 * lane;
         return make_float4(f[0], f[1], f[2], f[3]);
     }
+}
+
+/* The 4 score_bias elements of lane `lane` in the bias row at element
+ * offset b: one 16-byte load (VEC: every bias row 16-byte aligned), else 4 */
+template <bool VEC> __device__ __forceinline__ float4 idx_bias4(const float *bias, long long b, int lane) {
+    const float *p = bias + b + 4 * lane;
+    if constexpr (VEC) return __ldg(reinterpret_cast<const float4 *>(p));
+    return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
 }
 
 /* Row i of output k into x (a row past the window: offset -1, masked) */
@@ -256,12 +268,14 @@ __device__ __forceinline__ int seg1_row(const kvc_args &a, long long p, long lon
 }
 
 /* BF16: a bf16 state (SPEC 10).  BIAS: a score bias is added where
- * P.a.score_bias is set.  With either (ROLL), row i of a warp's next output
+ * P.a.score_bias is set (IDX_BIAS_VEC: in 16-byte loads, every bias row
+ * 16-byte aligned; a runtime choice of the two forms measured 6% slower
+ * than either).  With either (ROLL), row i of a warp's next output
  * is loaded as soon as row i of the current one is consumed, in flight
  * during the rest of its reduction; a float32 state without a bias, whose
  * reduction is shorter and whose registers are full, loads it after the
  * reduction (rolled, it measured slower).  KMAX: outputs a CTA at most. */
-template <bool BF16, bool BIAS, int KMAX = IDX_K>
+template <bool BF16, int BIAS, int KMAX = IDX_K>
 __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned cta) {
     constexpr bool ROLL = BF16 || BIAS;
     __shared__ idx_cta<KMAX> w;
@@ -334,10 +348,12 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
 #pragma unroll
         for (int i = 0; i < KVC_SEG; i++) {
             const long long b = BIAS && a.score_bias ? w.boff[8 * k + i] : -1;
+            const float4 bv = b >= 0 ? idx_bias4<BIAS == IDX_BIAS_VEC>(a.score_bias, b, lane)
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 sc[i][j] = R::get(x.s[i], j);
-                if (b >= 0) sc[i][j] = KVC_ADD(sc[i][j], __ldg(a.score_bias + b + 4 * lane + j));
+                if (b >= 0) sc[i][j] = KVC_ADD(sc[i][j], idx_raw<false>::get(bv, j));
             }
         }
         float m[4], den[4], num[4], c[4];
@@ -388,7 +404,7 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
     if (q == 0 && s_count[1])
         atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), s_count[1]);
 }
-template <bool BF16, bool BIAS>
+template <bool BF16, int BIAS>
 __global__ void __launch_bounds__(IDX_WARPS * 32, idx_minb(BF16, BIAS)) indexer_kernel(const launch_params P) {
     indexer_body<BF16, BIAS, IDX_K_SOLO>(P, blockIdx.x);
 }
