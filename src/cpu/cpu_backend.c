@@ -483,9 +483,9 @@ static void prefetch_cos_sin(const kvc_args *a, const kvc_out_info *inf) {
 
 /* Compute one output.  As its last segment starts, the thread takes the
  * output it computes next (take: from its run ts, or a new run; *taken, >=
- * num_outputs: none), whose first segment and cos/sin row that last one prefetches: taken
- * then and not earlier, so that a call of few outputs still spreads them
- * over the threads.
+ * num_outputs: none), whose first segment and cos/sin row that last one
+ * prefetches: taken then and not earlier, so that a call of few outputs
+ * still spreads them over the threads.
  * @return 1 if written non-finite. */
 static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf, long long *taken, seg_state *stack,
                           int *sizes, float *c, float *y, float *stage) {
