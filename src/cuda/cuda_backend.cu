@@ -203,9 +203,7 @@ static const many_fn kManyKernels[2][2] = {
     {kvc_cuda_d2::segment1_many_kernel<false>, kvc_cuda_d2::segment1_many_kernel<true>},
     {kvc_cuda_d2f::segment1_many_kernel<false>, kvc_cuda_d2f::segment1_many_kernel<true>}};
 /* [fast][bf16][score bias: none, 4-byte loads, 16-byte loads] */
-#define KVC_IDX(ns, bf16) \
-    {ns::indexer_kernel<bf16, IDX_BIAS_NONE>, ns::indexer_kernel<bf16, IDX_BIAS_SCALAR>, \
-     ns::indexer_kernel<bf16, IDX_BIAS_VEC>}
+#define KVC_IDX(ns, bf16) {ns::indexer_kernel<bf16, 0>, ns::indexer_kernel<bf16, 1>, ns::indexer_kernel<bf16, 2>}
 static const kernel_fn kIndexerKernels[2][2][3] = {{KVC_IDX(kvc_cuda_d2, false), KVC_IDX(kvc_cuda_d2, true)},
                                                    {KVC_IDX(kvc_cuda_d2f, false), KVC_IDX(kvc_cuda_d2f, true)}};
 #undef KVC_IDX
@@ -698,9 +696,8 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
     }
     if (sp->indexer) { /* head width 128, one-segment windows: a warp per output */
         /* 16-byte bias loads where every bias row is 16-byte aligned */
-        const int vec = (uintptr_t)a->score_bias % 16 == 0 && a->score_bias_stride % 4 == 0;
-        const int form = !bias ? IDX_BIAS_NONE : vec ? IDX_BIAS_VEC : IDX_BIAS_SCALAR;
-        kIndexerKernels[fastnum][bf16][form]<<<(unsigned)blocks, ks::kIdxWarps * 32, 0, stream>>>(P);
+        const int bias_vec = bias && (uintptr_t)a->score_bias % 16 == 0 && a->score_bias_stride % 4 == 0;
+        kIndexerKernels[fastnum][bf16][bias + bias_vec]<<<(unsigned)blocks, ks::kIdxWarps * 32, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }
