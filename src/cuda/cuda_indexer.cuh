@@ -269,12 +269,13 @@ __device__ __forceinline__ int seg1_row(const kvc_args &a, long long p, long lon
 
 /* BF16: a bf16 state (SPEC 10).  BIAS: a score bias is added where
  * P.a.score_bias is set (IDX_BIAS_VEC: in 16-byte loads, every bias row
- * 16-byte aligned; a runtime choice of the two forms measured 6% slower
- * than either).  With either (ROLL), row i of a warp's next output
- * is loaded as soon as row i of the current one is consumed, in flight
- * during the rest of its reduction; a float32 state without a bias, whose
- * reduction is shorter and whose registers are full, loads it after the
- * reduction (rolled, it measured slower).  KMAX: outputs a CTA at most. */
+ * 16-byte aligned; a kernel of its own: a runtime choice between the two
+ * loads in one kernel ran slower than either).  With either (ROLL), row i
+ * of a warp's next output is loaded as soon as row i of the current one is
+ * consumed, in flight during the rest of its reduction; a float32 state
+ * without a bias, whose reduction is shorter and whose registers are full,
+ * loads it after the reduction (rolled, it measured slower).  KMAX:
+ * outputs a CTA at most. */
 template <bool BF16, int BIAS, int KMAX = IDX_K>
 __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned cta) {
     constexpr bool ROLL = BF16 || BIAS;
