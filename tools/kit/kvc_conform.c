@@ -268,6 +268,27 @@ static const char *const k_odd_bias[] = {
     "reqs=2,tokens=4800,C=3,block=4,overlap=1,format=indexer_mxfp4,bias=1,layout=shuffle",
 };
 
+/* Overlap windows whose masked rows (each request's first window: its A
+ * rows) face a non-finite score bias (masked_bias): a masked row must stay
+ * (0, -Inf), its bias never added; the CUDA indexer kernel (the last,
+ * with opts.large), its decode-sized kernel and OpenCL's, and windows of 6
+ * and 2 rows. */
+static const char *const k_masked_bias[] = {
+    "reqs=3,tokens=777,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,layout=shuffle",
+    "reqs=3,tokens=300,C=3,block=4,overlap=1,format=indexer_mxfp4,rotate=1,bias=1,state=bf16,layout=shuffle",
+    "reqs=2,tokens=100,C=1,block=2,overlap=1,format=indexer_fp8,bias=1,layout=contig",
+    "reqs=2,tokens=300,C=4,block=4,overlap=1,format=fp8,bias=1,layout=shuffle",
+    "reqs=2,tokens=4800,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,state=bf16,layout=shuffle",
+};
+
+/* c's score bias with +Inf and NaN in the A halves (the scores the masked
+ * rows of an overlap window would read) of its first and last rows. */
+static void masked_bias(kvc_case *c) {
+    const int64_t D = c->args.head_dim ? c->args.head_dim : 512, last = c->args.compress_ratio - 1;
+    c->score_bias[5] = INFINITY;
+    c->score_bias[last * c->args.score_bias_stride + D - 3] = NAN;
+}
+
 /* c's score bias re-laid in rows of state_width / 2 + 1 floats from one
  * float into its buffer (so that only its first row starts 16-byte
  * aligned), the floats between the rows NaN (never read).  @return 1 (out
@@ -388,6 +409,16 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         if (!bad) bad = odd_bias_rows(&c, msg, sizeof msg);
         if (!bad) bad = one_case(o, &c, 29 + (uint64_t)i, msg, sizeof msg);
         report(o, r, bad, "odd bias rows", k_odd_bias[i], msg);
+        if (c.state_cache) kvc_case_free(&c);
+    }
+    for (int i = 0; i < (int)(sizeof k_masked_bias / sizeof k_masked_bias[0]); i++) {
+        if (i == (int)(sizeof k_masked_bias / sizeof k_masked_bias[0]) - 1 && !o->large) continue;
+        kvc_case c;
+        msg[0] = 0;
+        int bad = make_case(NULL, k_masked_bias[i], &c, msg, sizeof msg);
+        if (!bad) masked_bias(&c);
+        if (!bad) bad = one_case(o, &c, 37 + (uint64_t)i, msg, sizeof msg);
+        report(o, r, bad, "masked-row bias", k_masked_bias[i], msg);
         if (c.state_cache) kvc_case_free(&c);
     }
     for (int i = 0; i < (int)(sizeof k_many / sizeof k_many[0]); i++) {
