@@ -218,10 +218,13 @@ static const path_shape k_paths[] = {
 };
 
 /* kvc_compress_many: decode-sized sets in one call -- a CSA layer's two
- * compressors (main and indexer), the three decode kernels of the GPUs
- * (slice, one-segment, general) together, the chunked kernel after the
- * one-segment one -- with a padding output in the last set. */
+ * compressors (main and indexer; also for one request, whose first set has
+ * one output), the three decode kernels of the GPUs (slice, one-segment,
+ * general) together, the chunked kernel after the one-segment one -- with
+ * a padding output in the last set where it has more than one. */
 static const char *const k_many[][3] = {
+    {"reqs=1,tokens=4,C=4,block=4,overlap=1,format=fp8,pos0=32764",
+     "reqs=1,tokens=4,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,pos0=32764", NULL},
     {"reqs=64,tokens=256,C=4,block=4,overlap=1,format=fp8,pos0=32764",
      "reqs=64,tokens=256,C=4,block=4,overlap=1,format=indexer_mxfp4,rotate=1,pos0=32764", NULL},
     {"reqs=8,tokens=1024,C=128,block=8,format=fp8,kv_block=2,pos0=32640",
