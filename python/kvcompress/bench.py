@@ -168,7 +168,7 @@ def _decode_pairs(args, flush, bw, layouts):
           f"{'x_floor':>8} {'many/2':>7}")
     out = []
     for layout in layouts:
-        for reqs in (1, 8, 64, 256, 1024):
+        for reqs in (1, 8, 64, 256, 512, 1024):
             kw = dict(overlap=True, kv_block_size=64, shuffle=(layout == "shuffle"), first_position=32764)
             with generate(reqs, reqs * 4, 4, 4, kv_format="fp8", seed=reqs, **kw) as a, \
                     generate(reqs, reqs * 4, 4, 4, kv_format="indexer_fp8", seed=reqs + 1, **kw) as b:
