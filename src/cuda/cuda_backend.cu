@@ -202,9 +202,9 @@ typedef void (*many_fn)(const many_params);
 static const many_fn kManyKernels[2][2] = {
     {kvc_cuda_d2::segment1_many_kernel<false>, kvc_cuda_d2::segment1_many_kernel<true>},
     {kvc_cuda_d2f::segment1_many_kernel<false>, kvc_cuda_d2f::segment1_many_kernel<true>}};
-/* [fast][bf16][score bias: none, 4-byte loads, 16-byte loads] */
-#define KVC_IDX(ns, bf16) {ns::indexer_kernel<bf16, 0>, ns::indexer_kernel<bf16, 1>, ns::indexer_kernel<bf16, 2>}
-static const kernel_fn kIndexerKernels[2][2][3] = {{KVC_IDX(kvc_cuda_d2, false), KVC_IDX(kvc_cuda_d2, true)},
+/* [fast][bf16][score bias] */
+#define KVC_IDX(ns, bf16) {ns::indexer_kernel<bf16, false>, ns::indexer_kernel<bf16, true>}
+static const kernel_fn kIndexerKernels[2][2][2] = {{KVC_IDX(kvc_cuda_d2, false), KVC_IDX(kvc_cuda_d2, true)},
                                                    {KVC_IDX(kvc_cuda_d2f, false), KVC_IDX(kvc_cuda_d2f, true)}};
 #undef KVC_IDX
 /* [fast][head width 128][bf16][score bias] */
@@ -695,9 +695,7 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
         return KVC_OK;
     }
     if (sp->indexer) { /* head width 128, one-segment windows: a warp per output */
-        /* 16-byte bias loads where every bias row is 16-byte aligned */
-        const int bias_vec = bias && (uintptr_t)a->score_bias % 16 == 0 && a->score_bias_stride % 4 == 0;
-        kIndexerKernels[fastnum][bf16][bias + bias_vec]<<<(unsigned)blocks, ks::kIdxWarps * 32, 0, stream>>>(P);
+        kIndexerKernels[fastnum][bf16][bias]<<<(unsigned)blocks, ks::kIdxWarps * 32, 0, stream>>>(P);
         if ((err = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "kernel launch");
         return KVC_OK;
     }

@@ -47,7 +47,8 @@ __global__ void __launch_bounds__(D) segment1_kernel(const launch_params P) {
     const int chk = kvc_check_output(&a, o, &inf, 0), direct = P.status_out != nullptr;
     const int skip = skip_output(P, chk, o, inf, t == 0 && !direct);
     long long voff = -1, boff = -1, blk = 0;
-    const int badrow = !skip && lane < (int)P.pl.rows && seg1_row(a, inf.p, inf.r, lane, D, &voff, &boff, &blk);
+    const int badrow =
+        !skip && lane < (int)P.pl.rows && seg1_row(a, inf.p, inf.r, lane, D, a.score_bias_stride, &voff, &boff, &blk);
     const unsigned badm = __ballot_sync(0xFFFFFFFFu, badrow);
     if (skip || badm) { /* (the same in every warp) */
         const long long badg = __shfl_sync(0xFFFFFFFFu, blk, badm ? __ffs(badm) - 1 : 0);

@@ -27,16 +27,17 @@
 #define IDX_MINB16 3
 __host__ __device__ constexpr int idx_minb(bool bf16, bool bias) { return bf16 && !bias ? IDX_MINB16 : IDX_MINB; }
 #define IDX_FULL 0xFFFFFFFFu
-/* indexer_body's BIAS: none, 4-byte bias loads, 16-byte ones */
-#define IDX_BIAS_NONE 0
-#define IDX_BIAS_SCALAR 1
-#define IDX_BIAS_VEC 2
+/* The score bias in shared memory: its C x W / 2 floats (at most 8 rows of
+ * 128: "units", unit u at floats 128 u), then a unit of zeros for the
+ * masked rows and the rows past the window */
+#define IDX_ZERO_UNIT KVC_SEG
 
 /* The CTA's outputs: row offsets (8k + i: output k's row i; -1 masked or
- * unused) and their score bias rows, the outputs' checks, slots and
- * cos/sin rows. */
+ * unused), their bias units (byte i of bu[k]: row i's), the outputs'
+ * checks, slots and cos/sin rows. */
 template <int K> struct idx_cta {
-    long long voff[K * KVC_SEG], boff[K * KVC_SEG];
+    long long voff[K * KVC_SEG];
+    unsigned long long bu[K];
     kv_slot at[K];
     long long pc[K], r[K], p[K], badg[K];
     int ok[K], bad[K];
@@ -82,14 +83,6 @@ __device__ __forceinline__ typename idx_raw<BF16>::T idx_load4(const float *stat
         const float *f = state + off + 4 * lane;
         return make_float4(f[0], f[1], f[2], f[3]);
     }
-}
-
-/* The 4 score_bias elements of lane `lane` in the bias row at element
- * offset b: one 16-byte load (VEC: every bias row 16-byte aligned), else 4 */
-template <bool VEC> __device__ __forceinline__ float4 idx_bias4(const float *bias, long long b, int lane) {
-    const float *p = bias + b + 4 * lane;
-    if constexpr (VEC) return __ldg(reinterpret_cast<const float4 *>(p));
-    return make_float4(__ldg(p), __ldg(p + 1), __ldg(p + 2), __ldg(p + 3));
 }
 
 /* Row i of output k into x (a row past the window: offset -1, masked) */
@@ -248,11 +241,12 @@ __device__ int idx_finalize(const kvc_args &a, const float c[DPL], const float w
 
 /* Row i (< the window's rows) of the window of boundary position p in
  * request r, head width D: the element offsets of its values (*voff; its
- * scores kvc_score_delta() further) and of its score bias row (*boff; -1
- * without one), both -1 for a masked row (value 0, score -Inf).  @return 1
- * with *blk set where the row's block is out of range. */
-__device__ __forceinline__ int seg1_row(const kvc_args &a, long long p, long long r, int i, int D, long long *voff,
-                                        long long *boff, long long *blk) {
+ * scores kvc_score_delta() further) and, with a score bias, of its bias row
+ * in a bias of row stride bstride (*boff), both left as they are for a
+ * masked row (value 0, score -Inf).  @return 1 with *blk set where the
+ * row's block is out of range. */
+__device__ __forceinline__ int seg1_row(const kvc_args &a, long long p, long long r, int i, int D, long long bstride,
+                                        long long *voff, long long *boff, long long *blk) {
     const int ovl = a.overlap == KVC_OVERLAP_ON;
     int vo, so;
     const long long pos = kvc_window_row(p, a.compress_ratio, ovl, D, i, &vo, &so);
@@ -263,29 +257,37 @@ __device__ __forceinline__ int seg1_row(const kvc_args &a, long long p, long lon
         return 1;
     }
     *voff = kvc_state_row_offset(&a, b, pos) + vo;
-    if (a.score_bias) *boff = kvc_bias_offset(pos, a.compress_ratio, a.score_bias_stride, so, ovl, D);
+    if (a.score_bias) *boff = kvc_bias_offset(pos, a.compress_ratio, bstride, so, ovl, D);
     return 0;
 }
 
 /* BF16: a bf16 state (SPEC 10).  BIAS: a score bias is added where
- * P.a.score_bias is set (IDX_BIAS_VEC: in 16-byte loads, every bias row
- * 16-byte aligned; a kernel of its own: a runtime choice between the two
- * loads in one kernel ran slower than either).  With either (ROLL), row i
- * of a warp's next output is loaded as soon as row i of the current one is
- * consumed, in flight during the rest of its reduction; a float32 state
- * without a bias, whose reduction is shorter and whose registers are full,
- * loads it after the reduction (rolled, it measured slower).  KMAX:
- * outputs a CTA at most. */
-template <bool BF16, int BIAS, int KMAX = IDX_K>
+ * P.a.score_bias is set, from the CTA's copy in shared memory: every row's,
+ * a masked row's from the unit of zeros (-Inf + 0 = -Inf), so that no row
+ * needs a predicate.  With either (ROLL), row i of a warp's next output is
+ * loaded as soon as row i of the current one is consumed, in flight during
+ * the rest of its reduction; a float32 state without a bias, whose
+ * reduction is shorter and whose registers are full, loads it after the
+ * reduction (rolled, it measured slower).  KMAX: outputs a CTA at most. */
+template <bool BF16, bool BIAS, int KMAX = IDX_K>
 __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned cta) {
     constexpr bool ROLL = BF16 || BIAS;
     __shared__ idx_cta<KMAX> w;
+    __shared__ float4 s_bias[BIAS ? (IDX_ZERO_UNIT + 1) * 32 : 1]; /* [unit][lane]: dims 4 lane .. 4 lane + 3 */
     __shared__ unsigned long long s_count[2]; /* the CTA's written, non-finite outputs */
     const kvc_args &a = P.a;
     const int q = threadIdx.x, lane = q & 31, wi = q >> 5;
     const long long o0 = (long long)cta * P.pl.small_k;
     const int kn = (int)(a.num_outputs - o0 < P.pl.small_k ? a.num_outputs - o0 : P.pl.small_k);
     if (q < 2) s_count[q] = 0;
+    /* the bias, C x W / 2 <= 1024 floats: thread q its floats 4q .. 4q + 3 */
+    const bool has_bias = BIAS && a.score_bias;
+    const int half = (int)a.state_width / 2, nb = has_bias ? (int)a.compress_ratio * half : 0;
+    float4 bq = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (4 * q < nb) {
+        const float *b = a.score_bias + (4 * q / half) * a.score_bias_stride + 4 * q % half;
+        bq = make_float4(__ldg(b), __ldg(b + 1), __ldg(b + 2), __ldg(b + 3));
+    }
     for (int k = q; k < kn; k += IDX_WARPS * 32) { /* the outputs' checks: thread k, output k */
         kvc_out_info inf;
         const long long o = o0 + k;
@@ -297,16 +299,19 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
         w.r[k] = inf.r;
         w.p[k] = inf.p;
     }
+    if (BIAS && 4 * q < nb) s_bias[q] = bq;
+    if (BIAS && q < 32) s_bias[IDX_ZERO_UNIT * 32 + q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     __syncthreads();
     /* their rows: a thread a row */
     const int rows = (int)P.pl.rows;
     for (int t = q; t < kn * KVC_SEG; t += IDX_WARPS * 32) {
         const int k = t / KVC_SEG, i = t % KVC_SEG;
-        w.voff[t] = w.boff[t] = -1;
-        if (!w.ok[k] || i >= rows) continue;
-        long long blk;
-        if (seg1_row(a, w.p[k], w.r[k], i, 128, &w.voff[t], &w.boff[t], &blk) && atomicCAS(&w.bad[k], 0, 1) == 0)
+        long long blk, bo = 128 * IDX_ZERO_UNIT; /* (its bias at floats bo of the shared copy) */
+        w.voff[t] = -1;
+        if (w.ok[k] && i < rows && seg1_row(a, w.p[k], w.r[k], i, 128, half, &w.voff[t], &bo, &blk) &&
+            atomicCAS(&w.bad[k], 0, 1) == 0)
             w.badg[k] = blk;
+        if (BIAS) reinterpret_cast<unsigned char *>(w.bu)[t] = (unsigned char)(bo / 128);
     }
     float wt[4], cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -346,15 +351,14 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
             for (int t = 0; t < 2; t++) kvc_cos_sin(row, il, 2 * (lane - 16) + t, &cs[2 * t], &cs[2 * t + 1]);
         }
         float sc[KVC_SEG][4]; /* the scores, a score bias added */
+        const unsigned long long bu = has_bias ? w.bu[k] : 0;
 #pragma unroll
         for (int i = 0; i < KVC_SEG; i++) {
-            const long long b = BIAS && a.score_bias ? w.boff[8 * k + i] : -1;
-            const float4 bv = b >= 0 ? idx_bias4<BIAS == IDX_BIAS_VEC>(a.score_bias, b, lane)
-                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            const float4 bv = has_bias ? s_bias[(int)(bu >> 8 * i & 0xFF) * 32 + lane] : make_float4(0, 0, 0, 0);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 sc[i][j] = R::get(x.s[i], j);
-                if (b >= 0) sc[i][j] = KVC_ADD(sc[i][j], idx_raw<false>::get(bv, j));
+                if (has_bias) sc[i][j] = KVC_ADD(sc[i][j], idx_raw<false>::get(bv, j));
             }
         }
         float m[4], den[4], num[4], c[4];
@@ -405,7 +409,7 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
     if (q == 0 && s_count[1])
         atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), s_count[1]);
 }
-template <bool BF16, int BIAS>
+template <bool BF16, bool BIAS>
 __global__ void __launch_bounds__(IDX_WARPS * 32, idx_minb(BF16, BIAS)) indexer_kernel(const launch_params P) {
     indexer_body<BF16, BIAS, IDX_K_SOLO>(P, blockIdx.x);
 }

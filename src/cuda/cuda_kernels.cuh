@@ -899,7 +899,7 @@ __global__ void __launch_bounds__(DG, IDX_MINB) segment1_many_kernel(const many_
     int s = 0;
     while (blockIdx.x >= M.end[s]) s++;
     const unsigned cta = blockIdx.x - (s ? M.end[s - 1] : 0);
-    if (M.p[s].a.head_dim == 128) indexer_body<BF16, IDX_BIAS_SCALAR>(M.p[s], cta);
+    if (M.p[s].a.head_dim == 128) indexer_body<BF16, true>(M.p[s], cta);
     else small_body<BF16, true>(M.p[s], cta, nullptr); /* (a bias read from global memory) */
 }
 #endif
