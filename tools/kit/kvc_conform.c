@@ -273,15 +273,17 @@ static const char *const k_odd_bias[] = {
 
 /* Overlap windows whose masked rows (each request's first window: its A
  * rows) face a non-finite score bias (masked_bias): a masked row must stay
- * (0, -Inf), its bias never added; the CUDA indexer kernel (the last,
- * with opts.large), its decode-sized kernel and OpenCL's, and windows of 6
- * and 2 rows. */
+ * (0, -Inf), its bias never added; the CUDA decode-sized kernel and
+ * OpenCL's indexer kernel, windows of 6 and 2 rows, and (the last two,
+ * with opts.large: more outputs than a wave of the decode-sized kernel)
+ * the CUDA indexer kernel with a float32 and a bf16 state. */
 static const char *const k_masked_bias[] = {
     "reqs=3,tokens=777,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,layout=shuffle",
     "reqs=3,tokens=300,C=3,block=4,overlap=1,format=indexer_mxfp4,rotate=1,bias=1,state=bf16,layout=shuffle",
     "reqs=2,tokens=100,C=1,block=2,overlap=1,format=indexer_fp8,bias=1,layout=contig",
     "reqs=2,tokens=300,C=4,block=4,overlap=1,format=fp8,bias=1,layout=shuffle",
-    "reqs=2,tokens=4800,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,state=bf16,layout=shuffle",
+    "reqs=2,tokens=16000,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,layout=shuffle",
+    "reqs=2,tokens=16000,C=4,block=4,overlap=1,format=indexer_mxfp4,rotate=1,bias=1,state=bf16,layout=contig",
 };
 
 /* c's score bias with +Inf and NaN in the A halves (the scores the masked
@@ -415,7 +417,7 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         if (c.state_cache) kvc_case_free(&c);
     }
     for (int i = 0; i < (int)(sizeof k_masked_bias / sizeof k_masked_bias[0]); i++) {
-        if (i == (int)(sizeof k_masked_bias / sizeof k_masked_bias[0]) - 1 && !o->large) continue;
+        if (i >= (int)(sizeof k_masked_bias / sizeof k_masked_bias[0]) - 2 && !o->large) continue;
         kvc_case c;
         msg[0] = 0;
         int bad = make_case(NULL, k_masked_bias[i], &c, msg, sizeof msg);
