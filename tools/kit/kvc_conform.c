@@ -261,9 +261,10 @@ static const char *const k_large[] = {
 };
 
 /* Score biases whose rows are not 16-byte aligned (odd_bias_rows), at
- * either head width: the GPUs' 16-byte bias loads fall back to narrower
- * ones.  With opts.large, as k_large (the last is the CUDA indexer
- * kernel's; all of them are slow under a simulator). */
+ * either head width: the GPUs' wider bias loads fall back to narrower
+ * ones, and the CUDA indexer kernel copies such rows to shared memory.
+ * With opts.large, as k_large (the last is the CUDA indexer kernel's; all
+ * of them are slow under a simulator). */
 static const char *const k_odd_bias[] = {
     "reqs=3,tokens=777,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,layout=shuffle",
     "reqs=3,tokens=777,C=4,block=4,overlap=1,format=fp8,bias=1,state=bf16,layout=shuffle",
