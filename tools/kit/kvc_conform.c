@@ -275,24 +275,30 @@ static const char *const k_odd_bias[] = {
 /* Overlap windows whose masked rows (each request's first window: its A
  * rows) face a non-finite score bias (masked_bias): a masked row must stay
  * (0, -Inf), its bias never added; the CUDA decode-sized kernel and
- * OpenCL's indexer kernel, windows of 6 and 2 rows, and (the last two,
- * with opts.large: more outputs than a wave of the decode-sized kernel)
- * the CUDA indexer kernel with a float32 and a bf16 state. */
+ * OpenCL's indexer kernel, windows of 6 and 2 rows. */
 static const char *const k_masked_bias[] = {
     "reqs=3,tokens=777,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,layout=shuffle",
     "reqs=3,tokens=300,C=3,block=4,overlap=1,format=indexer_mxfp4,rotate=1,bias=1,state=bf16,layout=shuffle",
     "reqs=2,tokens=100,C=1,block=2,overlap=1,format=indexer_fp8,bias=1,layout=contig",
     "reqs=2,tokens=300,C=4,block=4,overlap=1,format=fp8,bias=1,layout=shuffle",
+};
+/* ... with opts.large, more outputs than a wave of the CUDA decode-sized
+ * kernel: the CUDA indexer kernel with a float32 and a bf16 state */
+static const char *const k_masked_bias_large[] = {
     "reqs=2,tokens=16000,C=4,block=4,overlap=1,format=indexer_fp8,bias=1,layout=shuffle",
     "reqs=2,tokens=16000,C=4,block=4,overlap=1,format=indexer_mxfp4,rotate=1,bias=1,state=bf16,layout=contig",
 };
 
 /* c's score bias with +Inf and NaN in the A halves (the scores the masked
- * rows of an overlap window would read) of its first and last rows. */
-static void masked_bias(kvc_case *c) {
+ * rows of an overlap window would read) of its first and last rows.
+ * @return 0 (a case transform of spec_cases). */
+static int masked_bias(kvc_case *c, char *msg, size_t len) {
+    (void)msg;
+    (void)len;
     const int64_t D = c->args.head_dim ? c->args.head_dim : 512, last = c->args.compress_ratio - 1;
     c->score_bias[5] = INFINITY;
     c->score_bias[last * c->args.score_bias_stride + D - 3] = NAN;
+    return 0;
 }
 
 /* c's score bias re-laid in rows of state_width / 2 + 1 floats from one
@@ -317,6 +323,25 @@ static int odd_bias_rows(kvc_case *c, char *msg, size_t len) {
     c->args.score_bias_stride = st;
     return 0;
 }
+
+/* The n cases of specs, each generated, changed by adjust where not NULL
+ * (@return 1 with the reason in msg on failure), checked by one_case with
+ * seed seed + i and reported as kind. */
+static void spec_cases(const kvc_conform_opts *o, kvc_conform_result *r, const char *kind,
+                       const char *const *specs, int n, uint64_t seed,
+                       int (*adjust)(kvc_case *, char *, size_t)) {
+    char msg[512];
+    for (int i = 0; i < n; i++) {
+        kvc_case c;
+        msg[0] = 0;
+        int bad = make_case(NULL, specs[i], &c, msg, sizeof msg);
+        if (!bad && adjust) bad = adjust(&c, msg, sizeof msg);
+        if (!bad) bad = one_case(o, &c, seed + (uint64_t)i, msg, sizeof msg);
+        report(o, r, bad, kind, specs[i], msg);
+        if (c.state_cache) kvc_case_free(&c);
+    }
+}
+#define KVC_NSPECS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
     memset(r, 0, sizeof *r);
@@ -383,14 +408,7 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         report(o, r, bad, "path", name, msg);
         if (c.state_cache) kvc_case_free(&c);
     }
-    for (int i = 0; i < (int)(sizeof k_specs / sizeof k_specs[0]); i++) {
-        kvc_case c;
-        msg[0] = 0;
-        int bad = make_case(NULL, k_specs[i], &c, msg, sizeof msg);
-        if (!bad) bad = one_case(o, &c, 17 + (uint64_t)i, msg, sizeof msg);
-        report(o, r, bad, "spec", k_specs[i], msg);
-        if (c.state_cache) kvc_case_free(&c);
-    }
+    spec_cases(o, r, "spec", k_specs, KVC_NSPECS(k_specs), 17, NULL);
     for (int i = 0; o->large && i < (int)(sizeof k_large / sizeof k_large[0]); i++) {
         kvc_case_params p;
         kvc_case c;
@@ -408,25 +426,11 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         report(o, r, bad, "large", k_large[i], msg);
         if (c.state_cache) kvc_case_free(&c);
     }
-    for (int i = 0; o->large && i < (int)(sizeof k_odd_bias / sizeof k_odd_bias[0]); i++) {
-        kvc_case c;
-        msg[0] = 0;
-        int bad = make_case(NULL, k_odd_bias[i], &c, msg, sizeof msg);
-        if (!bad) bad = odd_bias_rows(&c, msg, sizeof msg);
-        if (!bad) bad = one_case(o, &c, 29 + (uint64_t)i, msg, sizeof msg);
-        report(o, r, bad, "odd bias rows", k_odd_bias[i], msg);
-        if (c.state_cache) kvc_case_free(&c);
-    }
-    for (int i = 0; i < (int)(sizeof k_masked_bias / sizeof k_masked_bias[0]); i++) {
-        if (i >= (int)(sizeof k_masked_bias / sizeof k_masked_bias[0]) - 2 && !o->large) continue;
-        kvc_case c;
-        msg[0] = 0;
-        int bad = make_case(NULL, k_masked_bias[i], &c, msg, sizeof msg);
-        if (!bad) masked_bias(&c);
-        if (!bad) bad = one_case(o, &c, 37 + (uint64_t)i, msg, sizeof msg);
-        report(o, r, bad, "masked-row bias", k_masked_bias[i], msg);
-        if (c.state_cache) kvc_case_free(&c);
-    }
+    if (o->large) spec_cases(o, r, "odd bias rows", k_odd_bias, KVC_NSPECS(k_odd_bias), 29, odd_bias_rows);
+    spec_cases(o, r, "masked-row bias", k_masked_bias, KVC_NSPECS(k_masked_bias), 37, masked_bias);
+    if (o->large)
+        spec_cases(o, r, "masked-row bias", k_masked_bias_large, KVC_NSPECS(k_masked_bias_large),
+                   37 + KVC_NSPECS(k_masked_bias), masked_bias);
     for (int i = 0; i < (int)(sizeof k_many / sizeof k_many[0]); i++) {
         kvc_case cs[3], *cp[3];
         int n = 0, bad = 0;
