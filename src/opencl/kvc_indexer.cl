@@ -105,7 +105,12 @@ static inline float nv_shfl_idx(float v, int src) {
 
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_indexer(KVC_CL_KERNEL_ARGS,
                                                                                            __global const float *bias) {
-    __local long rowoff[KVC_CL_IDX_K * KVC_SEG], boff[KVC_CL_IDX_K * KVC_SEG];
+    __local long rowoff[KVC_CL_IDX_K * KVC_SEG];
+    /* the score bias (C x W / 2 <= 1024 floats: 128-float units) and a unit
+     * of zeros after it; each row's unit (masked rows and rows past the
+     * window: the zeros, -Inf + 0 = -Inf), so that no row needs a guard */
+    __local float sbias[(KVC_SEG + 1) * 128];
+    __local uchar bu[KVC_CL_IDX_K * KVC_SEG];
     __local long s_po[KVC_CL_IDX_K], s_so[KVC_CL_IDX_K], s_pc[KVC_CL_IDX_K], s_r[KVC_CL_IDX_K], s_p[KVC_CL_IDX_K],
         s_badg[KVC_CL_IDX_K];
     __local int s_ok[KVC_CL_IDX_K], s_bad[KVC_CL_IDX_K], s_live[KVC_CL_IDX_K], s_nlive, s_nonfinite;
@@ -129,11 +134,17 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         s_p[q] = inf.p;
     }
     if (q == 0) s_nonfinite = 0;
+    const int bw = (int)kvc_score_delta(ovl, 128), has_bias = sh.score_bias_stride != 0;
+    if (has_bias) {
+        for (int x = q; x < (int)sh.compress_ratio * bw; x += KVC_CL_WG)
+            sbias[x] = bias[(x / bw) * sh.score_bias_stride + x % bw];
+        for (int x = q; x < 128; x += KVC_CL_WG) sbias[KVC_SEG * 128 + x] = 0.0f;
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int rows = (int)pl.rows; /* <= 8 */
     for (int x = q; x < kn * KVC_SEG; x += KVC_CL_WG) {
         const int k = x / KVC_SEG, i = x % KVC_SEG;
-        long off = -1, bo = -1;
+        long off = -1, bo = KVC_SEG * 128;
         if (s_ok[k] && i < rows) {
             int vo, so;
             const long pos = kvc_window_row(s_p[k], sh.compress_ratio, ovl, 128, i, &vo, &so);
@@ -144,13 +155,12 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
                 } else {
                     const long lb = kvc_udiv(pos, sh.block_size);
                     off = blk * sh.state_stride_block + (pos - lb * sh.block_size) * sh.state_stride_token + vo;
-                    if (sh.score_bias_stride)
-                        bo = kvc_bias_offset(pos, sh.compress_ratio, sh.score_bias_stride, so, ovl, 128);
+                    if (has_bias) bo = kvc_bias_offset(pos, sh.compress_ratio, bw, so, ovl, 128);
                 }
             }
         }
         rowoff[x] = off;
-        boff[x] = bo;
+        bu[x] = (uchar)(bo / 128);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (q == 0) { /* the live outputs in order; the others with a bad block reported */
@@ -192,11 +202,10 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
                     idx_widen(v[i]);
                     idx_widen(s[i]);
                 }
-            if (sh.score_bias_stride)
+            if (has_bias)
                 for (int i = 0; i < KVC_SEG; i++) {
-                    const long b = boff[KVC_SEG * k + i];
-                    if (b >= 0)
-                        for (int j = 0; j < 4; j++) s[i][j] = KVC_ADD(s[i][j], bias[b + 4 * l + j]);
+                    const int b = 128 * bu[KVC_SEG * k + i] + 4 * l;
+                    for (int j = 0; j < 4; j++) s[i][j] = KVC_ADD(s[i][j], sbias[b + j]);
                 }
             /* A window of fewer than 8 rows is reduced as 8, the rows past
              * it masked: such a row leaves the max alone and adds +0 to the
