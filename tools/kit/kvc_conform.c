@@ -252,8 +252,8 @@ static const char *const k_specs[] = {
 /* Windows of one segment in calls of more outputs than one wave of the
  * CUDA backend's decode-sized kernel (cuda_decode.cuh: an output a CTA)
  * holds, so that the one-segment and indexer kernels run them:
- * windows of 6 and 2 rows, a NaN score and a padding output (head width
- * 512), a score bias and a bf16 state (128). */
+ * windows of 6 and 2 rows, a NaN score, an infinite value and a padding
+ * output (head width 512), a score bias and a bf16 state (128). */
 static const char *const k_large[] = {
     "reqs=2,tokens=3000,C=3,block=4,overlap=1,format=fp8,layout=shuffle",
     "reqs=2,tokens=4800,C=3,block=4,overlap=1,format=indexer_fp8,bias=1,layout=shuffle",
@@ -414,11 +414,15 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         kvc_case c;
         memset(&c, 0, sizeof c);
         msg[0] = 0;
-        kvc_case_poison nan = {1, 700, 1024 + 5, NAN}; /* request 1, a score of position 700 (overlap: from 1024) */
+        /* request 1: a NaN score of position 700 (overlap: scores from 1024), every dim's slot NaN; an
+         * infinite value of position 1200 in both halves (a dim of the fifth warp of 8 at 2 dims a
+         * thread): the RMS sum infinite, the other dims 0, only that dim's thread sees a non-finite value */
+        kvc_case_poison poison[3] = {
+            {1, 700, 1024 + 5, NAN}, {1, 1200, 300, INFINITY}, {1, 1200, 512 + 300, -INFINITY}};
         int bad = kvc_kit_parse_spec(k_large[i], &p, msg, sizeof msg) != 0;
         if (!bad && i == 0) {
-            p.num_poison = 1;
-            p.poison = &nan;
+            p.num_poison = 3;
+            p.poison = poison;
         }
         if (!bad) bad = make_case(&p, NULL, &c, msg, sizeof msg);
         if (!bad && i == 0) c.kv_slot_mapping[c.boundary_token_indices[1]] = -1; /* output 1 padding */
