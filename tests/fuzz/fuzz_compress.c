@@ -144,7 +144,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int64_t tok = a.state_stride_token > W ? a.state_stride_token : W;
     const int64_t Wa = a.state_width > W ? a.state_width : W; /* a wrong width is read by nobody, but size for it */
     const __int128 e_state = a.num_blocks ? extent(a.num_blocks, a.state_stride_block, (bs - 1) * (__int128)tok + Wa) : 0;
-    const __int128 e_table = extent(a.num_reqs, a.block_table_stride, a.blocks_per_req);
+    /* (rows of no entries: no bytes, whatever the stride -- as kvc_validate spans it) */
+    const __int128 e_table = a.blocks_per_req ? extent(a.num_reqs, a.block_table_stride, a.blocks_per_req) : 0;
     const __int128 e_cs = extent(a.max_pos, a.cos_sin_stride, 64);
     const __int128 e_kv = extent(a.num_pages, a.page_stride, SB * S);
     const int64_t Cb = a.compress_ratio > 0 ? a.compress_ratio : 1;
