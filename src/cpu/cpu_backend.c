@@ -471,6 +471,14 @@ static int segment_rows(const cpu_job *job, const kvc_out_info *inf, int64_t row
     return n;
 }
 
+/* A full first segment's rows that segment_rows resolved for the output a
+ * thread computes next (to prefetch them), kept for that output. */
+typedef struct {
+    long long o; /* the output; -1: none */
+    const float *v[KVC_SEG], *s[KVC_SEG], *b[KVC_SEG];
+    int raw;
+} first_rows;
+
 /* The cos/sin row (64 floats) of output inf into L2: its finaliser's loads
  * would miss there otherwise, after the window's, with nothing else in
  * flight (a cold row per output on long calls). */
@@ -487,8 +495,9 @@ static void prefetch_cos_sin(const kvc_args *a, const kvc_out_info *inf) {
  * prefetches: taken then and not earlier, so that a call of few outputs
  * still spreads them over the threads.
  * @return 1 if written non-finite. */
-static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf, long long *taken, seg_state *stack,
-                          int *sizes, float *c, float *y, float *stage) {
+static int compute_output(cpu_job *job, take_state *ts, long long o, long long *taken, first_rows *first,
+                          seg_state *stack, int *sizes, float *c, float *y, float *stage) {
+    const kvc_out_info *inf = &job->infos[o];
     const kvc_args *a = job->a;
     const int nd = job->nd;
     const int64_t rows = kvc_window_rows(a->compress_ratio, a->overlap == KVC_OVERLAP_ON);
@@ -499,7 +508,16 @@ static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf,
     int rn[2], raw[2];
     /* staging rows: [2][8][2][512] floats, this segment's and the next one's */
     float *const stg[2] = {stage, stage ? stage + KVC_SEG * 2 * D : NULL};
-    rn[0] = segment_rows(job, inf, rows, 0, rv[0], rs[0], rb[0], &raw[0], stg[0]);
+    if (first->o == o) { /* resolved as the previous output's next one */
+        memcpy(rv[0], first->v, sizeof first->v);
+        memcpy(rs[0], first->s, sizeof first->s);
+        memcpy(rb[0], first->b, sizeof first->b);
+        raw[0] = first->raw;
+        rn[0] = KVC_SEG;
+    } else {
+        rn[0] = segment_rows(job, inf, rows, 0, rv[0], rs[0], rb[0], &raw[0], stg[0]);
+    }
+    first->o = -1;
     for (int64_t sg = 0; sg < nseg; sg++) {
         const int cur = (int)(sg & 1), nxt = cur ^ 1;
         const float *const *pfs = NULL, *const *pfv = NULL;
@@ -517,10 +535,17 @@ static int compute_output(cpu_job *job, take_state *ts, const kvc_out_info *inf,
             *taken = take(job, ts);
             const kvc_out_info *next = *taken < a->num_outputs ? &job->infos[*taken] : NULL;
             if (next && next->slot >= 0) prefetch_cos_sin(a, next);
+            /* (a direct job's full segment is never staged: what segment_rows
+             * gives here is what it would give that output) */
             if (next && next->slot >= 0 && (!job->staged || job->direct) && rows >= KVC_SEG &&
                 segment_rows(job, next, rows, 0, rv[nxt], rs[nxt], rb[nxt], &raw[nxt], NULL) == KVC_SEG) {
                 pfs = rs[nxt];
                 pfv = rv[nxt];
+                first->o = *taken;
+                memcpy(first->v, rv[nxt], sizeof first->v);
+                memcpy(first->s, rs[nxt], sizeof first->s);
+                memcpy(first->b, rb[nxt], sizeof first->b);
+                first->raw = raw[nxt];
             }
         }
         /* KVC_TREE_PUSH's merges for this segment: into the complete
@@ -581,6 +606,7 @@ static void *worker(void *arg) {
     const kvc_args *a = job->a;
     long long written = 0, nonfinite = 0;
     take_state ts = {0, 0};
+    first_rows first = {.o = -1};
     long long o = take(job, &ts);
     while (o < a->num_outputs) {
         const kvc_out_info *inf = &job->infos[o]; /* resolved by kvc_check_indices */
@@ -588,7 +614,7 @@ static void *worker(void *arg) {
             o = take(job, &ts);
             continue;
         }
-        nonfinite += compute_output(job, &ts, inf, &o, w->stack, w->sizes, w->cy, w->cy + D, w->stage);
+        nonfinite += compute_output(job, &ts, o, &o, &first, w->stack, w->sizes, w->cy, w->cy + D, w->stage);
         written++;
     }
     atomic_fetch_add(&job->written, written);
