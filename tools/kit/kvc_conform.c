@@ -425,7 +425,12 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
             p.poison = poison;
         }
         if (!bad) bad = make_case(&p, NULL, &c, msg, sizeof msg);
-        if (!bad && i == 0) c.kv_slot_mapping[c.boundary_token_indices[1]] = -1; /* output 1 padding */
+        if (!bad && i == 0) {
+            c.kv_slot_mapping[c.boundary_token_indices[1]] = -1; /* output 1 padding */
+            /* the RMS weights of dims 100 and 451 bf16's largest finite value: where |c rr| > 1 their y
+             * overflows (only that dim's thread -- warp 1, warp 7 -- sees it), the other dims finite */
+            c.rms_norm_weight[100] = c.rms_norm_weight[451] = 0x7F7F;
+        }
         if (!bad) bad = one_case(o, &c, 23 + (uint64_t)i, msg, sizeof msg);
         report(o, r, bad, "large", k_large[i], msg);
         if (c.state_cache) kvc_case_free(&c);
