@@ -31,6 +31,8 @@ __host__ __device__ constexpr int idx_minb(bool bf16, bool bias) { return bf16 &
  * 128: "units", unit u at floats 128 u), then a unit of zeros for the
  * masked rows and the rows past the window */
 #define IDX_ZERO_UNIT KVC_SEG
+/* (the kernel copies it in one pass of 4 floats a thread) */
+static_assert(IDX_WARPS * 32 * 4 >= IDX_ZERO_UNIT * 128, "a CTA's threads must cover the whole bias in one pass");
 
 /* The CTA's outputs: row offsets (8k + i: output k's row i; -1 masked or
  * unused), their bias units (byte i of bu[k]: row i's), the outputs'
