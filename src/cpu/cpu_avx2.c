@@ -134,7 +134,7 @@ __attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(int nd, const 
                                                                  kvc_cpu_seg_state *st,
                                                                  kvc_cpu_seg_state *const *left, int k) {
     kvc_cpu_seg_state *out = k ? left[k - 1] : st;
-    const int h = kvc_cpu_rows_head(sr, vr, 32);
+    const int h = kvc_cpu_rows_head(sr, vr, KVC_SEG, 32);
     split8 sp = {_mm256_setzero_si256(), _mm256_setzero_si256(), nd};
     if (h) {
         const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

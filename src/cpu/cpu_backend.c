@@ -206,27 +206,27 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 exp16(__m
     return _mm512_maskz_scalef_ps(keep, q, k);
 }
 
-/* The segment arithmetic of 16 dims in AVX-512F: sv, vv -- the 8 rows'
- * scores and values of these dims; the segment's m, den, num out.  The
+/* The segment arithmetic of 16 dims in AVX-512F: sv, vv -- the n (1..8)
+ * rows' scores and values of these dims; the segment's m, den, num out.  The
  * block's prefetches (pf; NULL: none) go out a row's at a time, the L1
  * ones between the maxes and the L2 ones between the exps: all 32 at the
  * block's start held the core's line fill buffers and stalled it. */
-__attribute__((target("avx512f"), always_inline)) static inline void seg16(const __m512 *sv, const __m512 *vv,
+__attribute__((target("avx512f"), always_inline)) static inline void seg16(const __m512 *sv, const __m512 *vv, int n,
                                                                          const kvc_cpu_block_pf *pf, __m512 *om,
                                                                          __m512 *oden, __m512 *onum) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
     __m512 m = sv[0];
-    for (int i = 0; i < KVC_SEG; i++) {
+    for (int i = 0; i < n; i++) {
         if (i) m = _mm512_max_ps(m, sv[i]);
         if (pf) kvc_cpu_l1_prefetch(pf, i);
     }
     if (_mm512_cmp_ps_mask(m, ninf, _CMP_EQ_OQ)) { /* kvc_max's NaN-propagating form */
         m = sv[0];
-        for (int i = 1; i < KVC_SEG; i++)
+        for (int i = 1; i < n; i++)
             m = _mm512_mask_mov_ps(_mm512_max_ps(m, sv[i]), _mm512_cmp_ps_mask(m, m, _CMP_UNORD_Q), m);
     }
     __m512 den = zero, num = zero;
-    for (int i = 0; i < KVC_SEG; i++) { /* kvc_seg_step, rows in order */
+    for (int i = 0; i < n; i++) { /* kvc_seg_step, rows in order */
         const __m512 e = exp16(_mm512_sub_ps(sv[i], m));
         if (pf) kvc_cpu_l2_prefetch(pf, i);
         den = _mm512_add_ps(den, e);
@@ -287,28 +287,32 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512 load16(co
  * with [nd - 16 + h, nd) as one vector of two masked loads, so that no load
  * spans two lines.  bf16 (a constant where this body is inlined): rows of
  * bf16 bits; br: each score row's score_bias row (SPEC 10; zeros for a
- * masked row), or NULL.  Such rows are read unaligned (h = 0). */
+ * masked row), or NULL.  Such rows are read unaligned (h = 0).  n: the
+ * segment's rows (a constant 8 where the full-segment forms inline it; a
+ * partial segment's: float rows, no prefetches). */
 __attribute__((target("avx512f"), always_inline)) static inline void seg_reduce8_avx512_body(
-    int nd, const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
+    int nd, const float *const *restrict sr, const float *const *restrict vr, const int n, const float *const *pfs,
     const float *const *pfv, seg_state *st, seg_state *const *left, int k, const int bf16,
     const float *const *br) {
+    if (n < 1) __builtin_unreachable();
     seg_state *out = k ? left[k - 1] : st;
     __m512 sv[KVC_SEG], vv[KVC_SEG], m, den, num;
-    const int h = bf16 || br ? 0 : kvc_cpu_rows_head(sr, vr, 64);
+    const int full = n == KVC_SEG;
+    const int h = bf16 || br ? 0 : kvc_cpu_rows_head(sr, vr, n, 64);
     if (h) {
         const __mmask16 hm = (__mmask16)((1u << h) - 1), tm = (__mmask16)~hm;
         const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0, nd, 4};
-        block_prefetch(&pf);
+        if (full) block_prefetch(&pf);
         if (pfs)
             for (int i = 0; i < KVC_SEG; i++) {
                 __builtin_prefetch(pfs[i] + nd - 1, 0, 2);
                 __builtin_prefetch(pfv[i] + nd - 1, 0, 2);
             }
-        for (int i = 0; i < KVC_SEG; i++) {
+        for (int i = 0; i < n; i++) {
             sv[i] = load_split(nd, sr[i], hm, tm);
             vv[i] = load_split(nd, vr[i], hm, tm);
         }
-        seg16(sv, vv, NULL, &m, &den, &num);
+        seg16(sv, vv, n, NULL, &m, &den, &num);
         for (int j = 0; j < k; j++)
             merge16(load_split(nd, left[j]->m, hm, tm), load_split(nd, left[j]->den, hm, tm),
                     load_split(nd, left[j]->num, hm, tm), &m, &den, &num);
@@ -318,12 +322,12 @@ __attribute__((target("avx512f"), always_inline)) static inline void seg_reduce8
     }
     for (int b = h; b + 16 <= nd; b += 16) {
         const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b, nd, bf16 ? 2 : 4};
-        for (int i = 0; i < KVC_SEG; i++) {
+        for (int i = 0; i < n; i++) {
             sv[i] = load16(sr[i], b, bf16);
             if (br) sv[i] = _mm512_add_ps(sv[i], _mm512_loadu_ps(br[i] + b));
             vv[i] = load16(vr[i], b, bf16);
         }
-        seg16(sv, vv, &pf, &m, &den, &num);
+        seg16(sv, vv, n, full ? &pf : NULL, &m, &den, &num);
         for (int j = 0; j < k; j++)
             merge16(_mm512_loadu_ps(left[j]->m + b), _mm512_loadu_ps(left[j]->den + b),
                     _mm512_loadu_ps(left[j]->num + b), &m, &den, &num);
@@ -339,13 +343,21 @@ __attribute__((target("avx512f"), always_inline)) static inline void seg_reduce8
 __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512(
     int nd, const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
     const float *const *pfv, seg_state *st, seg_state *const *left, int k) {
-    seg_reduce8_avx512_body(nd, sr, vr, pfs, pfv, st, left, k, 0, NULL);
+    seg_reduce8_avx512_body(nd, sr, vr, KVC_SEG, pfs, pfv, st, left, k, 0, NULL);
 }
 __attribute__((target("avx512f"), noinline)) static void seg_reduce8_avx512_conv(
     int nd, const float *const *restrict sr, const float *const *restrict vr, const float *const *pfs,
     const float *const *pfv, seg_state *st, seg_state *const *left, int k, int bf16, const float *const *br) {
-    if (bf16) seg_reduce8_avx512_body(nd, sr, vr, pfs, pfv, st, left, k, 1, br);
-    else seg_reduce8_avx512_body(nd, sr, vr, pfs, pfv, st, left, k, 0, br);
+    if (bf16) seg_reduce8_avx512_body(nd, sr, vr, KVC_SEG, pfs, pfv, st, left, k, 1, br);
+    else seg_reduce8_avx512_body(nd, sr, vr, KVC_SEG, pfs, pfv, st, left, k, 0, br);
+}
+/* A partial segment (n < 8 float rows: a window's last, or all of a short
+ * one's). */
+__attribute__((target("avx512f"), noinline)) static void seg_reduce_part_avx512(int nd, const float *const *restrict sr,
+                                                                              const float *const *restrict vr, int n,
+                                                                              seg_state *st, seg_state *const *left,
+                                                                              int k) {
+    seg_reduce8_avx512_body(nd, sr, vr, n, NULL, NULL, st, left, k, 0, NULL);
 }
 
 __attribute__((target("avx512f"))) void kvc_cpu_exp16_batch(const float *x, float *y) {
@@ -362,7 +374,7 @@ static void state_merge(int nd, seg_state *restrict A, const seg_state *restrict
 /* Reduce one segment of n (1..8) rows into st, then merge it into the k
  * states of `left`, nearest first -- left[j] = merge(left[j], left[j - 1]),
  * left[-1] being st: the merges KVC_TREE_PUSH makes for it -- so the result
- * is in left[k - 1] (st if k = 0).  With AVX-512F a full segment merges
+ * is in left[k - 1] (st if k = 0).  With AVX-512F a segment merges
  * block by block inside its loop, while the next segment streams in;
  * elsewhere the merges follow the loop (gcc's
  * vectorisation of the portable loop did not survive them inside). */
@@ -386,6 +398,12 @@ static void seg_reduce(int nd, const float *const *vrow, const float *const *sro
 #endif
         seg_reduce8(nd, srow, vrow, pfs, pfv, st->m, st->den, st->num);
     } else {
+#if KVC_CPU_AVX512
+        if (avx512_on()) { /* (float rows: a partial segment is staged where the state is not) */
+            seg_reduce_part_avx512(nd, srow, vrow, n, st, left, k);
+            return;
+        }
+#endif
         memcpy(st->m, srow[0], sizeof(float) * (size_t)nd);
         memset(st->den, 0, sizeof(float) * (size_t)nd);
         memset(st->num, 0, sizeof(float) * (size_t)nd);

@@ -63,11 +63,11 @@ static inline __attribute__((always_inline)) void kvc_cpu_l2_prefetch(const kvc_
 }
 
 /* Dims before the first `bytes`-aligned boundary (a vector: 64 or 32) of a
- * segment's 16 rows, when all of them start at the same offset within it
- * (0: aligned, or offsets that differ). */
-static inline int kvc_cpu_rows_head(const float *const *sr, const float *const *vr, int bytes) {
+ * segment's 2n rows (n score rows sr, n value rows vr), when all of them
+ * start at the same offset within it (0: aligned, or offsets that differ). */
+static inline int kvc_cpu_rows_head(const float *const *sr, const float *const *vr, int n, int bytes) {
     const uintptr_t mask = (uintptr_t)bytes - 1, off = (uintptr_t)sr[0] & mask;
-    for (int i = 0; i < KVC_SEG; i++)
+    for (int i = 0; i < n; i++)
         if (((uintptr_t)sr[i] & mask) != off || ((uintptr_t)vr[i] & mask) != off) return 0;
     return off % 4 ? 0 : (int)((uintptr_t)bytes - off) / 4 % (bytes / 4);
 }
