@@ -106,6 +106,41 @@ static void m_bf16_mis(kvc_args *a, kvc_case *c) {
     a->state_cache = (const float *)(const void *)((const char *)c->state_cache + 1);
 }
 
+/* Two outputs sharing a slot: the error names the first repeat in slot order
+ * (outputs 1 and 6 share one slot, 2 and 5 another: the message is the pair
+ * of the smaller one), in a dense slot space (kv_block 2: the one-pass
+ * bitmap finds the repeat, the sort names it) and a sparse one (kv_block
+ * 1024: the sort alone); without a repeat, both pass. */
+static void test_duplicate_order(void) {
+    static const char *const spec[2] = {"reqs=2,tokens=512,C=64,block=8,layout=shuffle,kv_block=2",
+                                        "reqs=2,tokens=512,C=64,block=8,layout=shuffle,kv_block=1024"};
+    for (int sp = 0; sp < 2; sp++)
+        for (int dup = 0; dup < 2; dup++) {
+            kvc_case_params p;
+            kvc_case c;
+            char msg[128];
+            if (kvc_kit_parse_spec(spec[sp], &p, msg, sizeof msg) || kvc_case_generate(&p, 1, &c) != KVC_OK) {
+                TU_CHECK(0, "generate %s", spec[sp]);
+                return;
+            }
+            int64_t *m = c.kv_slot_mapping;
+            const int64_t s1 = m[B(&c, 1)], s2 = m[B(&c, 2)];
+            if (dup) {
+                m[B(&c, 6)] = s1;
+                m[B(&c, 5)] = s2;
+            }
+            char want[160];
+            snprintf(want, sizeof want, "kv_slot_mapping[boundary_token_indices[%d]] = %lld is also the slot of output %d",
+                     s1 < s2 ? 6 : 5, (long long)(s1 < s2 ? s1 : s2), s1 < s2 ? 1 : 2);
+            const kvc_status st = kvc_validate(&c.args);
+            const int ok = dup ? st == KVC_ERROR_DUPLICATE_SLOT && strstr(kvc_last_error_message(), want) : st == KVC_OK;
+            TU_CHECK(ok, "%s, %s: %s '%s'%s%s", spec[sp], dup ? "two repeats" : "no repeat", kvc_status_string(st),
+                     kvc_last_error_message(), dup ? ", want " : "", dup ? want : "");
+            if (ok) printf("ok   duplicate slots, %s, %s\n", sp ? "sparse" : "dense", dup ? "two repeats" : "none");
+            kvc_case_free(&c);
+        }
+}
+
 int main(void) {
     memset(&g_case, 0, sizeof g_case);
     expect("state_cache NULL", m_null_state, KVC_ERROR_NULL_POINTER, "state_cache = NULL");
@@ -139,6 +174,7 @@ int main(void) {
     expect("cos/sin row >= max_pos", m_maxpos, KVC_ERROR_INDEX_OUT_OF_RANGE, ">= max_pos = 150");
     expect("slot past last page", m_slot, KVC_ERROR_INDEX_OUT_OF_RANGE, "kv_slot_mapping[boundary_token_indices[4]] = 8 >= num_pages * kv_block_size = 8");
     expect("two outputs, one slot", m_dup, KVC_ERROR_DUPLICATE_SLOT, "is also the slot of output");
+    test_duplicate_order();
     expect("head_dim 256", m_hd, KVC_ERROR_BAD_PARAMETER, "head_dim = 256 is not 128 or 512");
     expect("INT8 slots at head width 128", m_hd128_int8, KVC_ERROR_BAD_PARAMETER,
            "nope_format = KVC_NOPE_INT8 is not defined at head_dim = 128");

@@ -312,6 +312,28 @@ static int cmp_slot(const void *x, const void *y) {
     return a->o < b->o ? -1 : (a->o > b->o);
 }
 
+/* 0 if the n slots (each in [0, num_pages * kv_block_size): checked) are
+ * distinct, 1 if two are equal, -1 if the slot space is too large for a
+ * bitmap of 64 bits an entry (no larger than the entries themselves) or
+ * the bitmap cannot be allocated.  One pass where a sort took O(n log n)
+ * on one thread before every call; the sort stays for the error, whose
+ * message names the first duplicate in slot order. */
+static int slots_repeat(const kvc_args *a, const slot_entry *slots, int64_t n) {
+    if (a->kv_block_size < 1 || a->num_pages > 64 * n / a->kv_block_size) return -1;
+    const int64_t nslots = a->num_pages * a->kv_block_size;
+    uint64_t *seen = calloc((size_t)(nslots / 64 + 1), sizeof *seen);
+    if (!seen) return -1;
+    int dup = 0;
+    for (int64_t i = 0; i < n && !dup; i++) {
+        const uint64_t bit = (uint64_t)1 << (slots[i].slot & 63);
+        uint64_t *w = &seen[slots[i].slot >> 6];
+        dup = (*w & bit) != 0;
+        *w |= bit;
+    }
+    free(seen);
+    return dup;
+}
+
 kvc_status kvc_check_indices(const kvc_args *a, int64_t *padding, kvc_out_info *infos) {
     int64_t pad = 0, n = 0;
     slot_entry *slots = NULL;
@@ -335,7 +357,8 @@ kvc_status kvc_check_indices(const kvc_args *a, int64_t *padding, kvc_out_info *
         slots[n].o = o;
         n++;
     }
-    if (n > 1) qsort(slots, (size_t)n, sizeof *slots, cmp_slot);
+    if (n > 1 && slots_repeat(a, slots, n) != 0) qsort(slots, (size_t)n, sizeof *slots, cmp_slot);
+    else n = 0; /* none repeats */
     for (int64_t i = 1; i < n; i++) {
         if (slots[i].slot == slots[i - 1].slot) {
             kvc_status st = kvc_fail_check(a, KVC_CHECK_DUPLICATE_SLOT, slots[i].o, slots[i].slot, slots[i - 1].o);
