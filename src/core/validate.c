@@ -357,13 +357,15 @@ kvc_status kvc_check_indices(const kvc_args *a, int64_t *padding, kvc_out_info *
         slots[n].o = o;
         n++;
     }
-    if (n > 1 && slots_repeat(a, slots, n) != 0) qsort(slots, (size_t)n, sizeof *slots, cmp_slot);
-    else n = 0; /* none repeats */
-    for (int64_t i = 1; i < n; i++) {
-        if (slots[i].slot == slots[i - 1].slot) {
-            kvc_status st = kvc_fail_check(a, KVC_CHECK_DUPLICATE_SLOT, slots[i].o, slots[i].slot, slots[i - 1].o);
-            free(slots);
-            return st;
+    if (n > 1 && slots_repeat(a, slots, n) != 0) {
+        qsort(slots, (size_t)n, sizeof *slots, cmp_slot);
+        for (int64_t i = 1; i < n; i++) {
+            if (slots[i].slot == slots[i - 1].slot) {
+                kvc_status st =
+                    kvc_fail_check(a, KVC_CHECK_DUPLICATE_SLOT, slots[i].o, slots[i].slot, slots[i - 1].o);
+                free(slots);
+                return st;
+            }
         }
     }
     free(slots);

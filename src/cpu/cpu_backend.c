@@ -556,14 +556,10 @@ static int compute_output(cpu_job *job, take_state *ts, long long o, long long *
             /* (a direct job's full segment is never staged: what segment_rows
              * gives here is what it would give that output) */
             if (next && next->slot >= 0 && (!job->staged || job->direct) && rows >= KVC_SEG &&
-                segment_rows(job, next, rows, 0, rv[nxt], rs[nxt], rb[nxt], &raw[nxt], NULL) == KVC_SEG) {
-                pfs = rs[nxt];
-                pfv = rv[nxt];
+                segment_rows(job, next, rows, 0, first->v, first->s, first->b, &first->raw, NULL) == KVC_SEG) {
+                pfs = first->s;
+                pfv = first->v;
                 first->o = *taken;
-                memcpy(first->v, rv[nxt], sizeof first->v);
-                memcpy(first->s, rs[nxt], sizeof first->s);
-                memcpy(first->b, rb[nxt], sizeof first->b);
-                first->raw = raw[nxt];
             }
         }
         /* KVC_TREE_PUSH's merges for this segment: into the complete

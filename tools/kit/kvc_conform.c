@@ -252,8 +252,9 @@ static const char *const k_specs[] = {
 /* Windows of one segment in calls of more outputs than one wave of the
  * CUDA backend's decode-sized kernel (cuda_decode.cuh: an output a CTA)
  * holds, so that the one-segment and indexer kernels run them:
- * windows of 6 and 2 rows, a NaN score, an infinite value and a padding
- * output (head width 512), a score bias and a bf16 state (128). */
+ * windows of 6 and 2 rows, a NaN score, an infinite value, two RMS
+ * weights that overflow y and a padding output (head width 512), a score
+ * bias and a bf16 state (128). */
 static const char *const k_large[] = {
     "reqs=2,tokens=3000,C=3,block=4,overlap=1,format=fp8,layout=shuffle",
     "reqs=2,tokens=4800,C=3,block=4,overlap=1,format=indexer_fp8,bias=1,layout=shuffle",
