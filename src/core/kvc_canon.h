@@ -116,7 +116,7 @@ KVC_FN int kvc_nonfinite(float f) {
  * once: the same bits in one instruction where the hardware has one.  (For
  * x < -87 the result is masked to 0 either way; a NaN x stays NaN.)  All
  * non-positive arguments are compared with SPEC 3's unfused kexp on the GPU
- * (tests/test_cuda_exp.cu) and on the CPU (test cpu_exp_all: the AVX-512F
+ * (tests/test_cuda_canon.cu) and on the CPU (test cpu_exp_all: the AVX-512F
  * form, cpu_backend.c).  (Fusing the k ln2_lo step the same way is NOT
  * exact: it changes 46 of the 2^31 results.)
  */
@@ -239,6 +239,23 @@ KVC_FN kvc_u16 kvc_bf16_bits(float f) {
     u += 0x7FFFu + ((u >> 16) & 1u);
     return (kvc_u16)(u >> 16);
 }
+
+/**
+ * kvc_bf16_bits where a NaN's bits do not matter (the caller flags any
+ * non-finite result, and a flagged slot is overwritten): on sm_80+ one
+ * hardware conversion (cvt.rn.bf16.f32, round to nearest even, the same
+ * bits for every non-NaN input; a NaN gives another NaN), else
+ * kvc_bf16_bits.  tests/test_cuda_canon.cu compares every binary32.
+ */
+KVC_FN kvc_u16 kvc_bf16_bits_flagged(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
+    return kvc_bf16_bits(f);
+#endif
+}
 KVC_FN float kvc_bf16_to_f32(kvc_u16 h) { return KVC_FLOAT(((kvc_u32)h) << 16); }
 KVC_FN float kvc_bf16_round(float f) { return kvc_bf16_to_f32(kvc_bf16_bits(f)); }
 
@@ -271,8 +288,9 @@ KVC_FN kvc_u8 kvc_int8_code(float z, float inv_scale) {
     return (kvc_u8)(kvc_i32)v; /* C conversion truncates toward zero */
 }
 
-/** e4m3fn code of v (|v| <= 448), round to nearest even, sign kept. */
-KVC_FN kvc_u8 kvc_e4m3_code(float v) {
+/** e4m3fn code of v (|v| <= 448), round to nearest even, sign kept: the
+ * integer form every backend can run. */
+KVC_FN kvc_u8 kvc_e4m3_code_int(float v) {
     kvc_u32 u = KVC_BITS(v);
     kvc_u32 sign = (u >> 24) & 0x80u;
     kvc_u32 a = u & 0x7FFFFFFFu;
@@ -287,6 +305,23 @@ KVC_FN kvc_u8 kvc_e4m3_code(float v) {
         code = ((((a >> 23) & 0xFFu) - 127u + 7u) << 3) | ((a >> 20) & 7u);
     }
     return (kvc_u8)(sign | code);
+}
+
+/**
+ * e4m3fn code of v (|v| <= 448, not NaN), round to nearest even, sign kept:
+ * on sm_89+ one hardware conversion (cvt.rn.satfinite.e4m3x2.f32), which
+ * gives kvc_e4m3_code_int's byte for every such v (tests/test_cuda_canon.cu
+ * compares all of them); else the integer form.  (A NaN v only occurs in a
+ * slot flagged non-finite, whose codes are overwritten.)
+ */
+KVC_FN kvc_u8 kvc_e4m3_code(float v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    unsigned short h;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(0.0f), "f"(v));
+    return (kvc_u8)h;
+#else
+    return kvc_e4m3_code_int(v);
+#endif
 }
 
 /** NOPE byte of z in a group with exponent e (clamps as the contract says). */
@@ -329,7 +364,7 @@ KVC_FN void kvc_cos_sin(KVC_GLOBAL const float *cs, int interleaved, int j, floa
 /** A normalised value y (a NOPE dim's, an indexer key's) rounded to bf16
  * (*z).  @return 1 if the bf16 value is non-finite. */
 KVC_FN int kvc_nope_bf16(float y, float *z) {
-    const kvc_u16 h = kvc_bf16_bits(y);
+    const kvc_u16 h = kvc_bf16_bits_flagged(y);
     *z = kvc_bf16_to_f32(h);
     return kvc_bf16_nonfinite(h);
 }
@@ -338,8 +373,8 @@ KVC_FN int kvc_nope_bf16(float y, float *z) {
 KVC_FN int kvc_rope_bf16(float y0, float y1, float c, float s, kvc_u16 *h0, kvc_u16 *h1) {
     float uo, wo;
     kvc_rope(y0, y1, c, s, &uo, &wo);
-    *h0 = kvc_bf16_bits(uo);
-    *h1 = kvc_bf16_bits(wo);
+    *h0 = kvc_bf16_bits_flagged(uo);
+    *h1 = kvc_bf16_bits_flagged(wo);
     return kvc_nonfinite(uo) | kvc_nonfinite(wo) | kvc_bf16_nonfinite(*h0) | kvc_bf16_nonfinite(*h1);
 }
 

@@ -688,11 +688,13 @@ template <class RT>
 __device__ __forceinline__ void seg_load_raw16(const launch_params &P, const RT *rt, int lr, int n, bool full, int q,
                                                seg_raw16 &x) {
     const unsigned short *h = reinterpret_cast<const unsigned short *>(P.a.state_cache);
-    if (full) { /* 8 unmasked rows, 4-byte loads: straight-line */
+    if (full) { /* 8 unmasked rows, 4-byte loads: straight-line, thread q's pair of dims from hq */
+        const unsigned short *hq = h + 2 * q;
+        asm("" : "+l"(hq)); /* opaque: keeps each row's address one shifted add from hq */
 #pragma unroll
         for (int i = 0; i < KVC_SEG; i++) {
-            x.v[i] = __ldcs(reinterpret_cast<const unsigned *>(h + rt->voff[lr + i]) + q);
-            x.s[i] = __ldcs(reinterpret_cast<const unsigned *>(h + rt->soff[lr + i]) + q);
+            x.v[i] = __ldcs(reinterpret_cast<const unsigned *>(hq + rt->voff[lr + i]));
+            x.s[i] = __ldcs(reinterpret_cast<const unsigned *>(hq + rt->soff[lr + i]));
         }
         return;
     }
