@@ -379,6 +379,22 @@ int main(int argc, char **argv) {
         const int64_t bad8 = kvc_cpu_exp8_mismatches(stride);
         if (bad8 < 0) printf("skip AVX2 exp: no AVX2 and FMA here\n");
         else TU_CHECK(bad8 == 0, "AVX2 exp: %lld of the sampled floats differ from kvc_exp", (long long)bad8);
+        /* the FP8 and MXFP4 exponents without the divide: every stride-th
+         * float of each one's range (from its amax floor to FLT_MAX) and its
+         * last one, against ceil_log2 of the divide */
+        const struct { float k, lo; } q[] = {{KVC_FP8_MAX, KVC_AMAX_FLOOR}, {6.0f, KVC_MX_AMAX_FLOOR}};
+        for (int i = 0; i < 2; i++) {
+            uint64_t wrong = 0, first = 0;
+            const uint64_t hi = 0x7F7FFFFFu;
+            for (uint64_t b = kvc_host_bits(q[i].lo);; b += stride) {
+                if (b > hi) b = hi;
+                const float a = fbits((uint32_t)b);
+                if (kvc_ceil_log2_quot(a, q[i].k) != kvc_ceil_log2(a / q[i].k) && !wrong++) first = b;
+                if (b == hi) break;
+            }
+            TU_CHECK(wrong == 0, "ceil_log2(a / %g) without the divide: %llu of the sampled floats differ, e.g. 0x%08llx",
+                     (double)q[i].k, (unsigned long long)wrong, (unsigned long long)first);
+        }
     }
 
     /* the CPU backend's AVX-512F finaliser equals kvc_finalize_slot byte

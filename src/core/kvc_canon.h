@@ -270,14 +270,33 @@ KVC_FN int kvc_ceil_log2(float p) {
 KVC_FN float kvc_pow2(int e) { return KVC_FLOAT((kvc_u32)(e + 127) << 23); }
 
 /**
+ * ceil_log2(RN(a / k)) without the divide, for a positive normal binary32 a
+ * and a constant k = mu 2^F with 1 < mu <= 1.75 (448 = 1.75 x 2^8, 6 =
+ * 1.5 x 2^2), where the quotient is normal.  With a = m 2^E, a / k =
+ * (m / mu) 2^(E - F) and m / mu lies in [1 / mu, 2 / mu):
+ *  - m <= mu: m / mu <= 1 and >= 1 / mu >= 4/7, so RN(m / mu) is in
+ *    (1/2, 1]: the result is E - F;
+ *  - m > mu: m >= mu + 2^-23, so 2 > m / mu >= 1 + 2^-23 / mu > 1 + 2^-24,
+ *    which rounds into (1, 2]: the result is E - F + 1.
+ * m > mu is a comparison of the two mantissa fields.  tests/test_units.c
+ * compares this with the divide's form for every float of both callers'
+ * ranges (the cpu_exp_all test: all of them).
+ */
+KVC_FN int kvc_ceil_log2_quot(float a, float k) {
+    const kvc_u32 u = KVC_BITS(a), v = KVC_BITS(k);
+    return (int)(u >> 23) - (int)(v >> 23) + ((u & 0x7FFFFFu) > (v & 0x7FFFFFu) ? 1 : 0);
+}
+
+/**
  * Group exponent e of a quantisation group from its bf16 amax:
  * INT8: e = ceil_log2(max(amax, 1e-4) * (1/127));
- * FP8 : e = ceil_log2(max(amax, 1e-4) / 448).   Scale byte = e + 127.
+ * FP8 : e = ceil_log2(max(amax, 1e-4) / 448) (kvc_ceil_log2_quot: the same
+ * e, no divide).  Scale byte = e + 127.  INDEXER_FP8's e is the FP8 one.
+ * (A non-finite amax gives some e: such a slot is flagged non-finite.)
  */
 KVC_FN int kvc_group_exponent(float amax, int fp8) {
     float a = kvc_max(amax, KVC_AMAX_FLOOR);
-    float p = fp8 ? KVC_DIV(a, KVC_FP8_MAX) : KVC_MUL(a, KVC_INV127);
-    return kvc_ceil_log2(p);
+    return fp8 ? kvc_ceil_log2_quot(a, KVC_FP8_MAX) : kvc_ceil_log2(KVC_MUL(a, KVC_INV127));
 }
 
 /** INT8 code: trunc(clamp(z * 2^-e, -127, 127)) as a two's-complement byte. */
@@ -288,9 +307,8 @@ KVC_FN kvc_u8 kvc_int8_code(float z, float inv_scale) {
     return (kvc_u8)(kvc_i32)v; /* C conversion truncates toward zero */
 }
 
-/** e4m3fn code of v (|v| <= 448), round to nearest even, sign kept: the
- * integer form every backend can run. */
-KVC_FN kvc_u8 kvc_e4m3_code_int(float v) {
+/** e4m3fn code of v (|v| <= 448), round to nearest even, sign kept. */
+KVC_FN kvc_u8 kvc_e4m3_code(float v) {
     kvc_u32 u = KVC_BITS(v);
     kvc_u32 sign = (u >> 24) & 0x80u;
     kvc_u32 a = u & 0x7FFFFFFFu;
@@ -307,31 +325,46 @@ KVC_FN kvc_u8 kvc_e4m3_code_int(float v) {
     return (kvc_u8)(sign | code);
 }
 
+/** FP8 code of z in a group with inv = 2^-e: z x inv saturated to +-448,
+ * as e4m3 (every backend's form). */
+KVC_FN kvc_u8 kvc_fp8_code_int(float z, float inv) {
+    float v = KVC_MUL(z, inv);
+    v = v > KVC_FP8_MAX ? KVC_FP8_MAX : v;
+    v = v < -KVC_FP8_MAX ? -KVC_FP8_MAX : v;
+    return kvc_e4m3_code(v);
+}
+
 /**
- * e4m3fn code of v (|v| <= 448, not NaN), round to nearest even, sign kept:
- * on sm_89+ one hardware conversion (cvt.rn.satfinite.e4m3x2.f32), which
- * gives kvc_e4m3_code_int's byte for every such v (tests/test_cuda_canon.cu
- * compares all of them); else the integer form.  (A NaN v only occurs in a
- * slot flagged non-finite, whose codes are overwritten.)
+ * The FP8 codes of z0 (low byte) and z1 (high byte) with inv = 2^-e: on
+ * sm_89+ one hardware conversion of the two products
+ * (cvt.rn.satfinite.e4m3x2.f32: round to nearest even, saturated to +-448,
+ * the integer form's bytes for every non-NaN product; tests/test_cuda_canon.cu
+ * compares all of them), else kvc_fp8_code_int twice.  (A NaN product only
+ * occurs in a slot flagged non-finite, whose codes are overwritten.)
  */
-KVC_FN kvc_u8 kvc_e4m3_code(float v) {
+KVC_FN kvc_u16 kvc_fp8_code2(float z0, float z1, float inv) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     unsigned short h;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(0.0f), "f"(v));
-    return (kvc_u8)h;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(KVC_MUL(z1, inv)), "f"(KVC_MUL(z0, inv)));
+    return h;
 #else
-    return kvc_e4m3_code_int(v);
+    return (kvc_u16)(kvc_fp8_code_int(z0, inv) | (kvc_u32)kvc_fp8_code_int(z1, inv) << 8);
+#endif
+}
+
+/** The FP8 code of one z (kvc_fp8_code2's low byte). */
+KVC_FN kvc_u8 kvc_fp8_code(float z, float inv) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    return (kvc_u8)kvc_fp8_code2(z, 0.0f, inv);
+#else
+    return kvc_fp8_code_int(z, inv);
 #endif
 }
 
 /** NOPE byte of z in a group with exponent e (clamps as the contract says). */
 KVC_FN kvc_u8 kvc_nope_code(float z, int e, int fp8) {
     float inv = kvc_pow2(-e);
-    if (!fp8) return kvc_int8_code(z, inv);
-    float v = KVC_MUL(z, inv);
-    v = v > KVC_FP8_MAX ? KVC_FP8_MAX : v;
-    v = v < -KVC_FP8_MAX ? -KVC_FP8_MAX : v;
-    return kvc_e4m3_code(v);
+    return fp8 ? kvc_fp8_code(z, inv) : kvc_int8_code(z, inv);
 }
 
 /** rr = 1 / sqrt(ss / 512 + eps). */
@@ -487,26 +520,11 @@ KVC_FN kvc_u8 kvc_e2m1_code(float v) {
     return (kvc_u8)(((u >> 28) & 8u) | (kvc_u32)code);
 }
 
-/** INDEXER_FP8's exponent e of a slot whose largest magnitude is amax: the
- * smallest with 2^e >= max(amax, 1e-4) / 448. */
-KVC_FN int kvc_ifp8_exponent(float amax) {
-    return kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_AMAX_FLOOR), KVC_FP8_MAX));
-}
-
-/** INDEXER_FP8's code of value z with inv = 2^-e: z x inv saturated to
- * +-448, as e4m3. */
-KVC_FN kvc_u8 kvc_ifp8_code(float z, float inv) {
-    float v = KVC_MUL(z, inv);
-    v = v > KVC_FP8_MAX ? KVC_FP8_MAX : v;
-    v = v < -KVC_FP8_MAX ? -KVC_FP8_MAX : v;
-    return kvc_e4m3_code(v);
-}
-
 /** INDEXER_MXFP4's exponent of a block of 32 whose largest magnitude is
  * amax: the smallest e with 2^e >= max(amax, 6 x 2^-126) / 6, in
  * [-127, 127]. */
 KVC_FN int kvc_mx_exponent(float amax) {
-    const int e = kvc_ceil_log2(KVC_DIV(kvc_max(amax, KVC_MX_AMAX_FLOOR), 6.0f));
+    const int e = kvc_ceil_log2_quot(kvc_max(amax, KVC_MX_AMAX_FLOOR), 6.0f); /* ceil_log2(RN(a / 6)) */
     return e < -127 ? -127 : e > 127 ? 127 : e;
 }
 
@@ -586,9 +604,9 @@ KVC_FN int kvc_finalize_indexer(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH 
             return 1;
         }
         const float amax = kvc_amax(x, 128);
-        const int e = kvc_ifp8_exponent(amax);
+        const int e = kvc_group_exponent(amax, 1);
         const float inv = kvc_pow2(-e);
-        for (int d = 0; d < 128; d++) payload[d] = kvc_ifp8_code(x[d], inv);
+        for (int d = 0; d < 128; d++) payload[d] = kvc_fp8_code(x[d], inv);
         const kvc_u32 sb = KVC_BITS(kvc_pow2(e));
         for (int k = 0; k < 4; k++) scale[k] = (kvc_u8)(sb >> (8 * k));
         return 0;

@@ -359,10 +359,8 @@ KVC_GEN_FN int kvc_gen_finalize(const kvc_shape *sh, const float *c, int t, int 
     int e[KVC_GEN_R];
     KVC_GEN_EACH(r, R) {
         const int d = t + r * nt;
-        if (D == 512) {
-            e[r] = kvc_group_exponent(amax[r], fmt == KVC_FMT_FP8);
-        } else if (!mx) {
-            e[r] = kvc_ifp8_exponent(amax[r]);
+        if (!mx) {
+            e[r] = kvc_group_exponent(amax[r], fmt != KVC_FMT_INT8); /* FP8 and INDEXER_FP8: the same e */
         } else {
             e[r] = kvc_mx_exponent(amax[r]);
             sc->code[d] = kvc_e2m1_code(KVC_MUL(z[r], kvc_pow2(-e[r])));
@@ -385,7 +383,7 @@ KVC_GEN_FN int kvc_gen_finalize(const kvc_shape *sh, const float *c, int t, int 
             }
             if (d == 0) scales[7] = 0;
         } else if (!mx) {
-            payload[d] = bad ? (kvc_u8)0 : kvc_ifp8_code(z[r], kvc_pow2(-e[r]));
+            payload[d] = bad ? (kvc_u8)0 : kvc_fp8_code(z[r], kvc_pow2(-e[r]));
             const kvc_u32 sb = bad ? 0x7FC00000u : KVC_BITS(kvc_pow2(e[r])); /* a quiet NaN for a non-finite slot */
             if (d < 4) scales[d] = (kvc_u8)(sb >> (8 * d));
         } else {

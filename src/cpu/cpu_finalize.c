@@ -254,7 +254,7 @@ AVX512 int kvc_cpu_finalize_indexer_avx512(const float *c, float *y, const uint1
             scale[0] = 0x00, scale[1] = 0x00, scale[2] = 0xC0, scale[3] = 0x7F; /* quiet NaN */
             return 1;
         }
-        const int e = kvc_ifp8_exponent(amax16(z, 8));
+        const int e = kvc_group_exponent(amax16(z, 8), 1);
         const float inv = kvc_pow2(-e);
         for (int k = 0; k < 8; k++)
             _mm_storeu_si128((__m128i *)(void *)(payload + 16 * k), nope_codes16(z[k], inv, 1));

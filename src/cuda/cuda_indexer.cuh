@@ -206,11 +206,11 @@ __device__ int idx_finalize(const kvc_args &a, const float c[DPL], const float w
     if (a.nope_format == KVC_FMT_IFP8) {
 #pragma unroll
         for (int m = 1; m < T; m <<= 1) amax = kvc_max(amax, xg.xor_(amax, m));
-        const int e = kvc_ifp8_exponent(amax);
+        const int e = kvc_group_exponent(amax, 1);
         const float inv = kvc_pow2(-e);
         uint32_t wd = 0;
-#pragma unroll
-        for (int j = 0; j < DPL; j++) wd |= (uint32_t)kvc_ifp8_code(x[j], inv) << (8 * j);
+        if constexpr (DPL == 4) wd = fp8_word4(x, inv);
+        else wd = kvc_fp8_code(x[0], inv);
         if (bad) wd = 0;
         const uint32_t sb = bad ? 0x7FC00000u : KVC_BITS(kvc_pow2(e)); /* a quiet NaN for a non-finite slot */
         if (DPL == 4 && ((uintptr_t)payload & 3) == 0) {

@@ -406,6 +406,11 @@ __device__ __forceinline__ kv_slot slot_at(const launch_params &P, long long slo
     return s;
 }
 
+/* The FP8 codes of z[0..3] as one little-endian word: two paired conversions. */
+__device__ __forceinline__ uint32_t fp8_word4(const float z[4], float inv) {
+    return (uint32_t)kvc_fp8_code2(z[0], z[1], inv) | (uint32_t)kvc_fp8_code2(z[2], z[3], inv) << 16;
+}
+
 /*
  * Finalise one output from c[512] and its RMS sum ss into slot `at`:
  * called by threads 0..127 together, thread q holding dims 4q..4q+3.  NOPE
@@ -445,8 +450,12 @@ __device__ int finalize(const launch_params &P, kv_slot at, const float c[4], fl
     for (int k = 1; k < 16; k <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
     if (q < 112) { /* NOPE: groups of 16 threads, 4 codes */
         e = kvc_group_exponent(amax, fp8);
+        if (fp8) {
+            wd[0] = fp8_word4(z, kvc_pow2(-e));
+        } else {
 #pragma unroll
-        for (int j = 0; j < 4; j++) wd[0] |= (uint32_t)kvc_nope_code(z[j], e, fp8) << (8 * j);
+            for (int j = 0; j < 4; j++) wd[0] |= (uint32_t)kvc_nope_code(z[j], e, 0) << (8 * j);
+        }
     } else { /* RoPE: 2 pairs, bf16 u' then w' */
 #pragma unroll
         for (int t = 0; t < 2; t++) {

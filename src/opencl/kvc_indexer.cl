@@ -297,9 +297,9 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         if (!on) continue;
         __global uchar *payload = kv + s_po[k], *scales = kv + s_so[k];
         if (!mx) {
-            const int e = kvc_ifp8_exponent(amax);
+            const int e = kvc_group_exponent(amax, 1);
             const float inv = kvc_pow2(-e);
-            for (int j = 0; j < 4; j++) payload[4 * l + j] = bad ? (uchar)0 : kvc_ifp8_code(y[j], inv);
+            for (int j = 0; j < 4; j++) payload[4 * l + j] = bad ? (uchar)0 : kvc_fp8_code(y[j], inv);
             const uint sb = bad ? 0x7FC00000u : KVC_BITS(kvc_pow2(e)); /* a quiet NaN for a non-finite slot */
             if (l < 4) scales[l] = (uchar)(sb >> (8 * l));
         } else {
