@@ -59,13 +59,25 @@ static void record_error(__global kvc_cl_status *st, int check, long o, long val
 
 /* Rows [lr, lr + n) of the chunk (row offsets in local memory, < 0: masked)
  * for dims 2q, 2q+1: value and score pairs.  plain: no masked (or bad)
- * row in the chunk, so the loads need no per-row test. */
+ * row in the chunk, so the loads need no per-row test.  bf16 (a literal):
+ * a bf16 state, each pair's two bf16 as loaded (a masked row's too),
+ * widened by seg_widen. */
+static inline float2 ld2_bf16(__global const float *state, long off, int q, int vec) {
+    __global const ushort *b = (__global const ushort *)state + off;
+    return (float2)(as_float(vec ? ((__global const uint *)b)[q] : b[2 * q] | (uint)b[2 * q + 1] << 16), 0.0f);
+}
 static inline void seg_load(__global const float *state, __local const long *rowoff, long sdelta, int lr, int n,
-                            int q, float2 *v, float2 *s, int plain, int vec) {
+                            int q, float2 *v, float2 *s, int plain, int vec, int bf16) {
     for (int i = 0; i < KVC_SEG; i++) {
         if (i >= n) break;
         const long off = rowoff[lr + i];
-        if ((plain || off >= 0) && vec) {
+        if ((plain || off >= 0) && bf16) {
+            v[i] = ld2_bf16(state, off, q, vec);
+            s[i] = ld2_bf16(state, off + sdelta, q, vec);
+        } else if (bf16) { /* 0 and -Inf as bf16 pairs */
+            v[i] = (float2)(as_float(0u), 0.0f);
+            s[i] = (float2)(as_float(0xFF80FF80u), 0.0f);
+        } else if ((plain || off >= 0) && vec) {
             v[i] = KVC_CL_LD2(state + off, q);
             s[i] = KVC_CL_LD2(state + off + sdelta, q);
         } else if (plain || off >= 0) {
@@ -114,7 +126,7 @@ static st2 reduce_segments(const kvc_plan *pl, __global const float *state, __lo
     int top = -1;
     float2 v[KVC_SEG], s[KVC_SEG], vn[KVC_SEG], sn[KVC_SEG];
     int n = (int)(pl->rows - s0 * KVC_SEG < KVC_SEG ? pl->rows - s0 * KVC_SEG : KVC_SEG);
-    seg_load(state, rowoff, sdelta, 0, n, q, vn, sn, plain, (int)pl->vec);
+    seg_load(state, rowoff, sdelta, 0, n, q, vn, sn, plain, (int)pl->vec, 0);
     for (long k = 0; k < count; k++) {
         const int nc = n;
         for (int i = 0; i < KVC_SEG; i++) {
@@ -124,7 +136,7 @@ static st2 reduce_segments(const kvc_plan *pl, __global const float *state, __lo
         if (k + 1 < count) { /* the next segment's loads in flight during this one */
             const long r1 = (s0 + k + 1) * KVC_SEG;
             n = (int)(pl->rows - r1 < KVC_SEG ? pl->rows - r1 : KVC_SEG);
-            seg_load(state, rowoff, sdelta, (int)((k + 1) * KVC_SEG), n, q, vn, sn, plain, (int)pl->vec);
+            seg_load(state, rowoff, sdelta, (int)((k + 1) * KVC_SEG), n, q, vn, sn, plain, (int)pl->vec, 0);
         }
         top++;
         stack[top] = seg_reduce(v, s, nc, nc);
@@ -794,81 +806,137 @@ __kernel __attribute__((reqd_work_group_size(2 * KVC_CL_WG, 1, 1))) void kvc_com
  * parallel (one work-item per row, each row's block checked), then the
  * outputs are reduced and finalised one after another, the next output's
  * loads in flight during the current one's finalisation.  Loop forms only
- * (PoCL: see KVC_CL_STRAIGHT).
+ * (PoCL: see KVC_CL_STRAIGHT).  Three kernels share the body: binary32
+ * rows (kvc_compress_small), bf16 rows (kvc_small_bf16) and rows of
+ * either with a score bias (kvc_small_bias, SPEC 10).  (No name begins
+ * with another's: Oclgrind counts such a kernel's local memory as the
+ * longer name's too.)
  */
 #ifndef KVC_CL_SMALL_K
 #define KVC_CL_SMALL_K 32 /* outputs per work-group at most: the host passes KVC_OPENCL_SMALL_K */
 #endif
 
-__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_small(KVC_CL_KERNEL_ARGS) {
-    __local float c[512], t[256], u[256];
-    __local int flags[KVC_CL_FIN_FLAGS] __attribute__((aligned(16)));
-    __local long rowoff[KVC_CL_SMALL_K * KVC_SEG];
-    __local long s_po[KVC_CL_SMALL_K], s_so[KVC_CL_SMALL_K], s_pc[KVC_CL_SMALL_K], s_r[KVC_CL_SMALL_K],
-        s_p[KVC_CL_SMALL_K], s_badg[KVC_CL_SMALL_K];
-    __local int s_ok[KVC_CL_SMALL_K], s_bad[KVC_CL_SMALL_K], s_masked[KVC_CL_SMALL_K];
+/* The one-segment kernels' local memory: the finaliser's (c, t, u, flags),
+ * the rows of output k (8k .. 8k + 7: element offsets of the value halves,
+ * < 0: masked; with a score bias each row's offset in the group's copy of
+ * the bias), and the outputs' check results. */
+typedef struct {
+    float c[512], t[256], u[256];
+    int flags[KVC_CL_FIN_FLAGS] __attribute__((aligned(16)));
+    long rowoff[KVC_CL_SMALL_K * KVC_SEG];
+    int boff[KVC_CL_SMALL_K * KVC_SEG];
+    long po[KVC_CL_SMALL_K], so[KVC_CL_SMALL_K], pc[KVC_CL_SMALL_K], r[KVC_CL_SMALL_K], p[KVC_CL_SMALL_K],
+        badg[KVC_CL_SMALL_K];
+    int ok[KVC_CL_SMALL_K], bad[KVC_CL_SMALL_K], masked[KVC_CL_SMALL_K];
+} small_lds;
+
+/* bf16 rows (bf16): the pairs of bits seg_load left in v and s (dims 2q,
+ * 2q+1 of each row) widened in place to binary32, exactly; the widening
+ * comes where the rows are used, so the loads stay in flight until then. */
+static inline void seg_widen(float2 *v, float2 *s) {
+    for (int i = 0; i < KVC_SEG; i++) {
+        const uint a = as_uint(v[i].x), b = as_uint(s[i].x);
+        v[i] = (float2)(as_float(a << 16), as_float(a & 0xFFFF0000u));
+        s[i] = (float2)(as_float(b << 16), as_float(b & 0xFFFF0000u));
+    }
+}
+
+/* SPEC 10's score bias on the scores of local rows [lr, lr + n): row i's
+ * bias row at sb + boff[lr + i] (a masked row: none), dims 2q, 2q+1. */
+static inline void seg_add_bias(__local const float *sb, __local const int *boff, __local const long *rowoff,
+                                int lr, int n, int q, float2 *s) {
+    for (int i = 0; i < KVC_SEG; i++)
+        if (i < n && rowoff[lr + i] >= 0) {
+            const float2 b = vload2(q, sb + boff[lr + i]);
+            s[i].x = KVC_ADD(s[i].x, b.x);
+            s[i].y = KVC_ADD(s[i].y, b.y);
+        }
+}
+
+/* The body of the one-segment kernels.  bf16: the state is bf16 (a
+ * literal, or sh.state_bf16); bias: the score bias (NULL: none), copied
+ * into sb (C rows of 1024 floats with overlap, or of 512: KVC_SEG x 512
+ * floats at most) once per group. */
+static inline void small_body(const kvc_shape *shp, const kvc_plan *plp, __global const float *state,
+                              __global const int *t2r, __global const long *positions, __global const long *slots,
+                              __global const long *bidx, __global const int *table, __global const ushort *weight,
+                              __global const float *cos_sin, __global uchar *kv, __global kvc_cl_status *st,
+                              __global const float *bias, __local float *sb, int bf16, __local small_lds *L) {
+    const kvc_shape sh = *shp;
     const int q = (int)get_local_id(0);
-    const long o0 = (long)get_group_id(0) * pl.small_k;
-    const int kn = (int)(sh.num_outputs - o0 < pl.small_k ? sh.num_outputs - o0 : pl.small_k);
+    const long o0 = (long)get_group_id(0) * plp->small_k;
+    const int kn = (int)(sh.num_outputs - o0 < plp->small_k ? sh.num_outputs - o0 : plp->small_k);
+    const int ovl = sh.overlap != 0, bw = ovl ? 1024 : 512; /* a bias row's floats */
     if (q < kn) { /* work-item q: output o0 + q's checks (it records its own error or padding) */
         kvc_out_info inf;
-        const int ok = output_of(&sh, bidx, slots, t2r, positions, table, st, pl.out_base, o0 + q, 1, &inf);
+        const int ok = output_of(&sh, bidx, slots, t2r, positions, table, st, plp->out_base, o0 + q, 1, &inf);
         long po = 0, so = 0;
         if (ok) kvc_slot_offsets_s(inf.slot, sh.kv_block_size, sh.page_stride, sh.nope_format, &po, &so);
-        s_ok[q] = ok;
-        s_bad[q] = 0;
-        s_masked[q] = 0;
-        s_po[q] = po;
-        s_so[q] = so;
-        s_pc[q] = inf.pc;
-        s_r[q] = inf.r;
-        s_p[q] = inf.p;
+        L->ok[q] = ok;
+        L->bad[q] = 0;
+        L->masked[q] = 0;
+        L->po[q] = po;
+        L->so[q] = so;
+        L->pc[q] = inf.pc;
+        L->r[q] = inf.r;
+        L->p[q] = inf.p;
     }
+    if (bias)
+        for (int x = q; x < sh.compress_ratio * bw; x += KVC_CL_WG)
+            sb[x] = bias[(x / bw) * sh.score_bias_stride + x % bw];
     barrier(CLK_LOCAL_MEM_FENCE);
-    const int rows = (int)pl.rows; /* <= 8 */
+    const int rows = (int)plp->rows; /* <= 8 */
     for (int x = q; x < kn * KVC_SEG; x += KVC_CL_WG) {
         const int k = x / KVC_SEG, i = x % KVC_SEG;
         long off = -1, g;
-        if (s_ok[k] && i < rows) {
-            off = kvc_row_lookup(&sh, table + s_r[k] * sh.block_table_stride, s_p[k], i, &g);
-            if (off == KVC_ROW_MASKED) s_masked[k] = 1;
-            if (off == KVC_ROW_BAD && atomic_xchg(&s_bad[k], 1) == 0) s_badg[k] = g;
+        if (L->ok[k] && i < rows) {
+            off = kvc_row_lookup(&sh, table + L->r[k] * sh.block_table_stride, L->p[k], i, &g);
+            if (off == KVC_ROW_MASKED) L->masked[k] = 1;
+            if (off == KVC_ROW_BAD && atomic_xchg(&L->bad[k], 1) == 0) L->badg[k] = g;
+            if (bias && off >= 0) {
+                int vo, so;
+                const long pos = kvc_window_row(L->p[k], sh.compress_ratio, ovl, 512, i, &vo, &so);
+                L->boff[x] = (int)kvc_bias_offset(pos, sh.compress_ratio, bw, so, ovl, 512);
+            }
         }
-        rowoff[x] = off;
+        L->rowoff[x] = off;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    const long sdelta = kvc_score_delta(sh.overlap != 0, 512);
-    int written = 0, nonfinite = 0;                    /* work-item 0's counts */
+    const long sdelta = kvc_score_delta(ovl, 512);
+    int written = 0, nonfinite = 0; /* work-item 0's counts */
     /* the next output to reduce from k on; the skipped ones with a bad block
      * are reported (the choice is the same in every work-item) */
     int k = 0;
-    while (k < kn && (!s_ok[k] || s_bad[k])) {
-        if (q == 0 && s_ok[k]) {
-            record_error(st, KVC_CHECK_PHYSICAL_BLOCK, pl.out_base + o0 + k, s_badg[k]);
+    while (k < kn && (!L->ok[k] || L->bad[k])) {
+        if (q == 0 && L->ok[k]) {
+            record_error(st, KVC_CHECK_PHYSICAL_BLOCK, plp->out_base + o0 + k, L->badg[k]);
             atomic_inc(&st->invalid);
         }
         k++;
     }
+    const int vec = (int)plp->vec;
     float2 v[KVC_SEG], s[KVC_SEG];
-    if (k < kn) seg_load(state, rowoff, sdelta, k * KVC_SEG, rows, q, v, s, !s_masked[k], (int)pl.vec);
+    if (k < kn) seg_load(state, L->rowoff, sdelta, k * KVC_SEG, rows, q, v, s, !L->masked[k], vec, bf16);
     while (k < kn) {
+        if (bf16) seg_widen(v, s);
+        if (bias) seg_add_bias(sb, L->boff, L->rowoff, k * KVC_SEG, rows, q, s);
         const st2 res = seg_reduce(v, s, rows, KVC_SEG);
         int kk = k + 1;
-        while (kk < kn && (!s_ok[kk] || s_bad[kk])) {
-            if (q == 0 && s_ok[kk]) {
-                record_error(st, KVC_CHECK_PHYSICAL_BLOCK, pl.out_base + o0 + kk, s_badg[kk]);
+        while (kk < kn && (!L->ok[kk] || L->bad[kk])) {
+            if (q == 0 && L->ok[kk]) {
+                record_error(st, KVC_CHECK_PHYSICAL_BLOCK, plp->out_base + o0 + kk, L->badg[kk]);
                 atomic_inc(&st->invalid);
             }
             kk++;
         }
         if (kk < kn) /* in flight while k finalises */
-            seg_load(state, rowoff, sdelta, kk * KVC_SEG, rows, q, v, s, !s_masked[kk], (int)pl.vec);
+            seg_load(state, L->rowoff, sdelta, kk * KVC_SEG, rows, q, v, s, !L->masked[kk], vec, bf16);
         float w0, w1, cj, sj; /* (loads issued before the barriers) */
-        fin_inputs(weight, cos_sin + s_pc[k] * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, &w0, &w1, &cj, &sj);
-        for (int j = 0; j < 2; j++) c[2 * q + j] = KVC_DIV(res.n[j], res.d[j]);
+        fin_inputs(weight, cos_sin + L->pc[k] * sh.cos_sin_stride, sh.cos_sin_layout == 1, q, &w0, &w1, &cj, &sj);
+        for (int j = 0; j < 2; j++) L->c[2 * q + j] = KVC_DIV(res.n[j], res.d[j]);
         barrier(CLK_LOCAL_MEM_FENCE);
-        const int bad = finalize_group(1, c, t, u, flags, w0, w1, cj, sj, sh.rms_norm_eps, sh.nope_format == 1,
-                                       kv + s_po[k], kv + s_so[k], q, 0);
+        const int bad = finalize_group(1, L->c, L->t, L->u, L->flags, w0, w1, cj, sj, sh.rms_norm_eps,
+                                       sh.nope_format == 1, kv + L->po[k], kv + L->so[k], q, 0);
         written++;
         nonfinite += bad;
         barrier(CLK_LOCAL_MEM_FENCE); /* c, t, u, flags free for the next output */
@@ -878,8 +946,25 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     if (q == 0 && nonfinite) atomic_add(&st->nonfinite, nonfinite);
 }
 
+#define KVC_CL_SMALL_ARGS &sh, &pl, state, t2r, positions, slots, bidx, table, weight, cos_sin, kv, st
+__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compress_small(KVC_CL_KERNEL_ARGS) {
+    __local small_lds L;
+    small_body(KVC_CL_SMALL_ARGS, 0, L.c, 0, &L);
+}
+__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_small_bf16(KVC_CL_KERNEL_ARGS) {
+    __local small_lds L;
+    small_body(KVC_CL_SMALL_ARGS, 0, L.c, 1, &L);
+}
+__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_small_bias(KVC_CL_KERNEL_ARGS,
+                                                                                           __global const float *bias) {
+    __local small_lds L;
+    __local float sb[KVC_SEG * 512];
+    small_body(KVC_CL_SMALL_ARGS, bias, sb, (int)sh.state_bf16, &L);
+}
+
 /* The general kernel (kvc_general.h): head width 128, a bf16 state or a
- * score bias.  One work-group of pl.small_k x head_dim / R work-items for
+ * score bias (at head width 512 windows of more than one segment; the
+ * one-segment kernels take those of one).  One work-group of pl.small_k x head_dim / R work-items for
  * pl.small_k outputs, R = 2 dimensions a work-item at head width 512, else
  * 1; bias: the score bias (any buffer where sh.score_bias_stride is 0:
  * none). */

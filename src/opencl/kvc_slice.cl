@@ -141,9 +141,9 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
         if (q < 128 && q == L->first_bad) L->wbadg[0] = g;
         if (!bad) { /* one segment at a time through the row table (else nothing is loaded) */
             float2 v[KVC_SEG], sc[KVC_SEG];
-            seg_load(state, L->rowoff, kvc_score_delta(0, 512), 16 * w, KVC_SEG, dq, v, sc, 1, 1);
+            seg_load(state, L->rowoff, kvc_score_delta(0, 512), 16 * w, KVC_SEG, dq, v, sc, 1, 1, 0);
             st = seg_reduce(v, sc, KVC_SEG, KVC_SEG);
-            seg_load(state, L->rowoff, kvc_score_delta(0, 512), 16 * w + 8, KVC_SEG, dq, v, sc, 1, 1);
+            seg_load(state, L->rowoff, kvc_score_delta(0, 512), 16 * w + 8, KVC_SEG, dq, v, sc, 1, 1, 0);
             const st2 st1 = seg_reduce(v, sc, KVC_SEG, KVC_SEG);
             st_merge(&st, &st1);
         }

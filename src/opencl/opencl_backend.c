@@ -43,17 +43,20 @@ extern const char kvc_opencl_source[];
 enum {
     K_MAIN,        /* the chunked kernel, 2 dims a work-item                          */
     K_SMALL,       /* one-segment windows: several outputs per group                  */
+    K_SMALL_BF16,  /* the same, a bf16 state                                          */
+    K_SMALL_BIAS,  /* the same, a score bias (either state)                           */
     K_WIDE,        /* 1 dim per work-item, 512 per group (GPU devices only, else NULL) */
     K_SLICE,       /* C = 128 / 256 / 512 (kvc_slice.cl): any token stride            */
     K_SLICE_DENSE, /* the same, token stride 1024                                     */
     K_FINISH,      /* after the slice kernel: one group per output                    */
-    K_GENERAL,     /* kvc_general.h: head width 128, bf16 state, score bias           */
+    K_GENERAL,     /* kvc_general.h: other head width 128, bf16 state or bias calls   */
     K_INDEXER,     /* head width 128, windows of one segment                          */
     K_COUNT
 };
 static const char *const kKernelNames[K_COUNT] = {
-    "kvc_compress_kernel", "kvc_compress_small", "kvc_compress_wide",    "kvc_slice",
-    "kvc_slice_dense",     "kvc_slice_finish",   "kvc_compress_general", "kvc_compress_indexer"};
+    "kvc_compress_kernel", "kvc_compress_small",   "kvc_small_bf16", "kvc_small_bias",
+    "kvc_compress_wide",   "kvc_slice",            "kvc_slice_dense",      "kvc_slice_finish",
+    "kvc_compress_general", "kvc_compress_indexer"};
 
 typedef struct cl_entry {
     kvc_reg_entry reg; /* key (context, device); first member          */
@@ -132,7 +135,7 @@ static int build_log_on(void) {
  * (2-dims kernel); ".L2::256B" on top gained nothing.
  *
  * The directives (opencl_tuning.h): the wide kernel at .minnctapersm 2, the
- * one-segment kernel at 3, the slice kernels at 4, the indexer kernel at 2,
+ * one-segment kernels at 3, the slice kernels at 4, the indexer kernel at 2,
  * the 2-dims kernel as built; .cs loads in the 2-dims, wide and slice
  * kernels, and the indexer's 16- and 8-byte state row loads (not its score
  * bias: evict-first made a bias row a DRAM read per output).  Any failure
@@ -159,6 +162,8 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         /* (each edit stays inside its own entry) */
         bin = kvc_ptx_minb(bin, "kvc_compress_wide", KVC_OPENCL_NV_MINB_WIDE, &done);
         bin = kvc_ptx_minb(bin, "kvc_compress_small", KVC_OPENCL_SMALL_SLOTS, &done);
+        bin = kvc_ptx_minb(bin, "kvc_small_bf16", KVC_OPENCL_SMALL_SLOTS, &done);
+        bin = kvc_ptx_minb(bin, "kvc_small_bias", KVC_OPENCL_SMALL_SLOTS, &done);
         bin = kvc_ptx_streaming(bin, "kvc_compress_kernel", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_compress_wide", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_minb(bin, "kvc_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
@@ -469,9 +474,11 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
      * kvc_compress_indexer), K <= KVC_OPENCL_SMALL_K (the indexer's:
      * KVC_OPENCL_IDX_K), whole waves of KVC_OPENCL_SMALL_SLOTS (the
      * indexer's: KVC_OPENCL_IDX_SLOTS) groups per compute unit.  Head width
-     * 128 with windows of one segment: kvc_indexer.cl; else head width 128,
-     * a bf16 state or a score bias: the general kernel.  Both take the
-     * status word zeroed by a fill and no workspace (any buffers) */
+     * 128 with windows of one segment: kvc_indexer.cl; head width 512 with
+     * windows of one segment and a bf16 state or a score bias: the
+     * one-segment kernel's variants; else head width 128, a bf16 state or a
+     * score bias: the general kernel.  They take the status word zeroed by
+     * a fill and no workspace (any buffers) */
     const int ovl = a->overlap == KVC_OVERLAP_ON;
     const int indexer = a->head_dim == 128 && kvc_num_segments(kvc_window_rows(a->compress_ratio, ovl)) == 1;
     const int general = !indexer && kvc_needs_general(a);
@@ -493,6 +500,11 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
         /* 16-byte (bf16: 8-byte) row loads: buffers start aligned, every row offset a multiple of 4 elements */
         pl.vec = a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0;
         return enqueue(q, ent->k[K_INDEXER], &sh, &pl, bufs, 13, pl.groups, 256);
+    }
+    if (general && pl.small_k && a->head_dim == KVC_HEAD_DIM) { /* kvc_small_bf16 / _bias */
+        pl.vec = a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0; /* (as below) */
+        const int bias = a->score_bias != NULL;
+        return enqueue(q, ent->k[bias ? K_SMALL_BIAS : K_SMALL_BF16], &sh, &pl, bufs, bias ? 13 : 12, pl.groups, 256);
     }
     if (general) { /* kvc_general.h */
         /* 128 work-items an output at head width 128 (up to KVC_GEN_K_MAX
