@@ -501,8 +501,10 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
         pl.vec = a->state_stride_block % 4 == 0 && a->state_stride_token % 4 == 0;
         return enqueue(q, ent->k[K_INDEXER], &sh, &pl, bufs, 13, pl.groups, 256);
     }
+    /* the kernels below: 8-byte loads (bf16: 4-byte pairs) where the
+     * buffers start aligned (offset 0) and both strides are even */
+    pl.vec = a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0;
     if (general && pl.small_k && a->head_dim == KVC_HEAD_DIM) { /* kvc_small_bf16 / _bias */
-        pl.vec = a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0; /* (as below) */
         const int bias = a->score_bias != NULL;
         return enqueue(q, ent->k[bias ? K_SMALL_BIAS : K_SMALL_BF16], &sh, &pl, bufs, bias ? 13 : 12, pl.groups, 256);
     }
@@ -525,8 +527,6 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
         return enqueue(q, ent->k[K_GENERAL], &sh, &gp, bufs, 13, gp.groups, (size_t)(k * per));
     }
 
-    /* 8-byte loads: buffers start aligned (offset 0), so both strides even */
-    pl.vec = a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0;
     /* the slice kernels (kvc_slice.cl) for C = 128 / 256 / 512 without
      * overlap, 8-byte rows: one group per (output, 16-segment chunk, 64-dim
      * slice), then one finishing group per output */
