@@ -88,7 +88,8 @@ KVC_FN float kvc_host_float(kvc_u32 u) { float f; memcpy(&f, &u, 4); return f; }
 /* ---- scalar building blocks -------------------------------------------- */
 
 /**
- * NaN-propagating max: (a > b || a != a) ? a : b.  On sm_80+ one max.NaN
+ * NaN-propagating max: (a > b || a != a) ? a : b.  On sm_80+ (CUDA, and
+ * NVIDIA's OpenCL where the host defines KVC_CL_NV_MAX) one max.NaN
  * instruction: it returns the canonical NaN instead of a's payload and may
  * order +0/-0 differently; neither changes a byte (a NaN max always ends in
  * the non-finite slot, and s - m and kexp(m' - m) are equal for m = +0/-0).
@@ -97,6 +98,10 @@ KVC_FN float kvc_max(float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     float r;
     asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#elif defined(__OPENCL_VERSION__) && defined(KVC_CL_NV_MAX) /* NVIDIA's OpenCL, compute capability 8.0+ */
+    float r;
+    __asm__("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
     return r;
 #else
     const float r = (a > b) ? a : b; /* two plain selects: vectorisers handle them */

@@ -23,6 +23,10 @@
 #include <CL/cl.h>
 #endif
 
+#ifndef CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV /* cl_nv_device_attribute_query (cl_ext.h) */
+#define CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV 0x4000
+#endif
+
 #include "kvc_check.h"
 #include "kvc_backend.h"
 #include "kvc_registry.h"
@@ -238,7 +242,13 @@ static kvc_status entry_make_locked(cl_context ctx, cl_device_id dev, cl_entry *
     char vendor[64] = "";
     clGetDeviceInfo(dev, CL_DEVICE_VENDOR, sizeof vendor - 1, vendor, NULL);
     const size_t nv_at = strstr(vendor, "NVIDIA") ? strlen(opts) : 0;
-    if (nv_at) snprintf(opts + nv_at, sizeof opts - nv_at, " -DKVC_CL_NV_SHFL=1");
+    if (nv_at) {
+        /* and on compute capability 8.0+ kvc_max as one max.NaN (kvc_canon.h) */
+        cl_uint major = 0;
+        if (clGetDeviceInfo(dev, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major, NULL) != CL_SUCCESS)
+            major = 0;
+        snprintf(opts + nv_at, sizeof opts - nv_at, " -DKVC_CL_NV_SHFL=1%s", major >= 8 ? " -DKVC_CL_NV_MAX=1" : "");
+    }
     err = clBuildProgram(prog, 1, &dev, opts, NULL, NULL);
     if (err != CL_SUCCESS && nv_at) {
         if (build_log_on()) fprintf(stderr, "kvcompress: OpenCL build with warp shuffles failed (%d)\n", (int)err);
