@@ -54,12 +54,15 @@ typedef struct {
     int first_bad;      /* general path: first bad row */
 } kvc_slice_local;
 
-/* The body of both slice kernels; TS > 0: the token stride, known at
- * compile time (immediate load offsets), 0: sh->state_stride_token. */
+/* The body of the slice kernels; TS > 0: the token stride, known at
+ * compile time (immediate load offsets), 0: sh->state_stride_token; bf16
+ * (a literal): a bf16 state, each pair of dims one 4-byte load (both
+ * strides even), widened by seg_widen. */
 static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global const float *state,
                               __global const int *t2r, __global const long *positions, __global const long *slots,
                               __global const long *bidx, __global const int *table, __global float *out,
-                              __global volatile int *bad_words, __local kvc_slice_local *L, const long TS) {
+                              __global volatile int *bad_words, __local kvc_slice_local *L, const long TS,
+                              const int bf16) {
     const long nch = pl->nchunk;
     const long gid = get_group_id(0);
     const long o = gid / (8 * nch);
@@ -111,14 +114,27 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
         o1 = bad ? 0 : g1 * bstride + (pos0 + KVC_SEG - (l1 << bsh)) * ts; /* its state is never used) */
         if (!ok || slot < 0) return; /* invalid or padding (tested after the table loads: they need no test) */
         float2 va[KVC_SEG], sa[KVC_SEG], vb[KVC_SEG], sb[KVC_SEG]; /* the two segments' values, scores */
-        __global const float2 *pa = (__global const float2 *)(state + o0) + dq;
-        __global const float2 *pb = (__global const float2 *)(state + o1) + dq;
         const long t2 = ts / 2;
-        for (int i = 0; i < KVC_SEG; i++) {
-            va[i] = pa[i * t2];
-            sa[i] = pa[i * t2 + 256];
-            vb[i] = pb[i * t2];
-            sb[i] = pb[i * t2 + 256];
+        if (bf16) { /* a pair a 4-byte word, the scores 256 words on */
+            __global const uint *pa = (__global const uint *)((__global const ushort *)state + o0) + dq;
+            __global const uint *pb = (__global const uint *)((__global const ushort *)state + o1) + dq;
+            for (int i = 0; i < KVC_SEG; i++) {
+                va[i] = (float2)(as_float(pa[i * t2]), 0.0f);
+                sa[i] = (float2)(as_float(pa[i * t2 + 256]), 0.0f);
+                vb[i] = (float2)(as_float(pb[i * t2]), 0.0f);
+                sb[i] = (float2)(as_float(pb[i * t2 + 256]), 0.0f);
+            }
+            seg_widen(va, sa);
+            seg_widen(vb, sb);
+        } else {
+            __global const float2 *pa = (__global const float2 *)(state + o0) + dq;
+            __global const float2 *pb = (__global const float2 *)(state + o1) + dq;
+            for (int i = 0; i < KVC_SEG; i++) {
+                va[i] = pa[i * t2];
+                sa[i] = pa[i * t2 + 256];
+                vb[i] = pb[i * t2];
+                sb[i] = pb[i * t2 + 256];
+            }
         }
         st = seg_reduce(va, sa, KVC_SEG, KVC_SEG);
         const st2 st1 = seg_reduce(vb, sb, KVC_SEG, KVC_SEG);
@@ -141,9 +157,11 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
         if (q < 128 && q == L->first_bad) L->wbadg[0] = g;
         if (!bad) { /* one segment at a time through the row table (else nothing is loaded) */
             float2 v[KVC_SEG], sc[KVC_SEG];
-            seg_load(state, L->rowoff, kvc_score_delta(0, 512), 16 * w, KVC_SEG, dq, v, sc, 1, 1, 0);
+            seg_load(state, L->rowoff, kvc_score_delta(0, 512), 16 * w, KVC_SEG, dq, v, sc, 1, 1, bf16);
+            if (bf16) seg_widen(v, sc);
             st = seg_reduce(v, sc, KVC_SEG, KVC_SEG);
-            seg_load(state, L->rowoff, kvc_score_delta(0, 512), 16 * w + 8, KVC_SEG, dq, v, sc, 1, 1, 0);
+            seg_load(state, L->rowoff, kvc_score_delta(0, 512), 16 * w + 8, KVC_SEG, dq, v, sc, 1, 1, bf16);
+            if (bf16) seg_widen(v, sc);
             const st2 st1 = seg_reduce(v, sc, KVC_SEG, KVC_SEG);
             st_merge(&st, &st1);
         }
@@ -213,13 +231,21 @@ static inline void zero_status(__global kvc_cl_status *st, const kvc_plan *pl) {
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_slice(KVC_CL_KERNEL_ARGS) {
     __local kvc_slice_local L;
     zero_status(st, &pl);
-    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0);
+    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0, 0);
 }
 
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_slice_dense(KVC_CL_KERNEL_ARGS) {
     __local kvc_slice_local L;
     zero_status(st, &pl);
-    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 1024);
+    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 1024, 0);
+}
+
+/* A bf16 state (SPEC 10), any token stride.  (Named so that no kernel's
+ * name begins with another's: see kvc_compress_small.) */
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_bf16_slice(KVC_CL_KERNEL_ARGS) {
+    __local kvc_slice_local L;
+    zero_status(st, &pl);
+    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0, 1);
 }
 
 /* A chunk state's dims 2q, 2q + 1. */

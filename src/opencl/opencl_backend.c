@@ -52,6 +52,7 @@ enum {
     K_WIDE,        /* 1 dim per work-item, 512 per group (GPU devices only, else NULL) */
     K_SLICE,       /* C = 128 / 256 / 512 (kvc_slice.cl): any token stride            */
     K_SLICE_DENSE, /* the same, token stride 1024                                     */
+    K_BF16_SLICE,  /* C = 128 / 256 / 512 with a bf16 state: any token stride         */
     K_FINISH,      /* after the slice kernel: one group per output                    */
     K_GENERAL,     /* kvc_general.h: other head width 128, bf16 state or bias calls   */
     K_INDEXER,     /* head width 128, windows of one segment                          */
@@ -59,8 +60,8 @@ enum {
 };
 static const char *const kKernelNames[K_COUNT] = {
     "kvc_compress_kernel", "kvc_compress_small",   "kvc_small_bf16", "kvc_small_bias",
-    "kvc_compress_wide",   "kvc_slice",            "kvc_slice_dense",      "kvc_slice_finish",
-    "kvc_compress_general", "kvc_compress_indexer"};
+    "kvc_compress_wide",   "kvc_slice",            "kvc_slice_dense",      "kvc_bf16_slice",
+    "kvc_slice_finish",    "kvc_compress_general", "kvc_compress_indexer"};
 
 typedef struct cl_entry {
     kvc_reg_entry reg; /* key (context, device); first member          */
@@ -172,6 +173,7 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         bin = kvc_ptx_streaming(bin, "kvc_compress_wide", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_minb(bin, "kvc_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_minb(bin, "kvc_slice_dense", KVC_OPENCL_NV_MINB_SLICE, &done);
+        bin = kvc_ptx_minb(bin, "kvc_bf16_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice_dense", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_minb(bin, "kvc_compress_indexer", KVC_OPENCL_IDX_SLOTS, &done);
@@ -491,7 +493,7 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
      * a fill and no workspace (any buffers) */
     const int ovl = a->overlap == KVC_OVERLAP_ON;
     const int indexer = a->head_dim == 128 && kvc_num_segments(kvc_window_rows(a->compress_ratio, ovl)) == 1;
-    const int general = !indexer && kvc_needs_general(a);
+    int general = !indexer && kvc_needs_general(a);
     const kvc_plan_policy pol = {KVC_OPENCL_CHDIV, KVC_OPENCL_MAXCHUNKS, KVC_OPENCL_MAX_CH,
                                  (long long)(indexer ? KVC_OPENCL_IDX_SLOTS : KVC_OPENCL_SMALL_SLOTS) * ent->units,
                                  indexer ? KVC_OPENCL_IDX_K : KVC_OPENCL_SMALL_K, 0};
@@ -499,6 +501,10 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     kvc_plan_make(a->num_outputs, a->compress_ratio, ovl, &pol, &pl);
     pl.out_base = out_base;
     pl.keep_status = keep;
+    /* head width 512, a bf16 state and no score bias in windows the slice
+     * kernels take (below): kvc_bf16_slice */
+    const int bf16 = a->state_dtype == KVC_STATE_BFLOAT16;
+    if (general && bf16 && !a->score_bias && a->head_dim == KVC_HEAD_DIM && kvc_plan_slice(a, &pl, 1)) general = 0;
     if (indexer || general) {
         if ((st = zero_status(q, status, keep)) != KVC_OK ||
             (st = grow(ent->ctx, &ws->states, &ws->states_bytes, 16, "chunk-state")) != KVC_OK ||
@@ -580,8 +586,9 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
 
     call_bufs(a, status, states, tickets, bufs);
     if (slice) {
-        const int dense = a->state_stride_token == 1024;
-        st = enqueue(q, ent->k[dense ? K_SLICE_DENSE : K_SLICE], &sh, &pl, bufs, 12, pl.groups, 256);
+        const int dense = !bf16 && a->state_stride_token == 1024;
+        st = enqueue(q, ent->k[bf16 ? K_BF16_SLICE : dense ? K_SLICE_DENSE : K_SLICE], &sh, &pl, bufs, 12, pl.groups,
+                     256);
         return st == KVC_OK ? enqueue(q, ent->k[K_FINISH], &sh, &pl, bufs, 12, a->num_outputs, 128) : st;
     }
     cl_kernel k = ent->k[pl.small_k ? K_SMALL : wide ? K_WIDE : K_MAIN];

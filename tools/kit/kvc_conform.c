@@ -249,6 +249,14 @@ static const char *const k_specs[] = {
     "reqs=2,tokens=100,C=1,block=2,overlap=1,format=indexer_mxfp4,state=bf16,bias=1,layout=shuffle",
 };
 
+/* The main compressor's windows of 16 and 32 segments with a bf16 state
+ * (the OpenCL slice kernels' bf16 form): rows in whole blocks (block 8,
+ * their direct loads) and through the row table (block 12). */
+static const char *const k_bf16_windows[] = {
+    "reqs=2,tokens=1024,C=128,block=8,format=fp8,kv_block=2,state=bf16,layout=shuffle",
+    "reqs=2,tokens=1024,C=256,block=12,format=int8,state=bf16,layout=contig",
+};
+
 /* Windows of one segment in calls of more outputs than one wave of the
  * CUDA backend's decode-sized kernel (cuda_decode.cuh: an output a CTA)
  * holds, so that the one-segment and indexer kernels run them:
@@ -410,6 +418,7 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         if (c.state_cache) kvc_case_free(&c);
     }
     spec_cases(o, r, "spec", k_specs, KVC_NSPECS(k_specs), 17, NULL);
+    spec_cases(o, r, "bf16 windows", k_bf16_windows, KVC_NSPECS(k_bf16_windows), 19, NULL);
     for (int i = 0; o->large && i < (int)(sizeof k_large / sizeof k_large[0]); i++) {
         kvc_case_params p;
         kvc_case c;
