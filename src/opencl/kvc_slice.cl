@@ -54,15 +54,27 @@ typedef struct {
     int first_bad;      /* general path: first bad row */
 } kvc_slice_local;
 
+/* SPEC 10's score bias on the scores s of window positions pos0 ..
+ * pos0 + 7 (no overlap: none is masked), dims 2 dq, 2 dq + 1. */
+static inline void slice_add_bias(const kvc_shape *sh, __global const float *bias, long pos0, int dq, float2 *s) {
+    for (int i = 0; i < KVC_SEG; i++) {
+        const float2 b = vload2(dq, bias + kvc_bias_offset(pos0 + i, sh->compress_ratio, sh->score_bias_stride, 512, 0,
+                                                           512));
+        s[i].x = KVC_ADD(s[i].x, b.x);
+        s[i].y = KVC_ADD(s[i].y, b.y);
+    }
+}
+
 /* The body of the slice kernels; TS > 0: the token stride, known at
  * compile time (immediate load offsets), 0: sh->state_stride_token; bf16
- * (a literal): a bf16 state, each pair of dims one 4-byte load (both
- * strides even), widened by seg_widen. */
+ * (a literal, or sh->state_bf16): a bf16 state, each pair of dims one
+ * 4-byte load (both strides even), widened by seg_widen; bias: the score
+ * bias (NULL: none). */
 static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global const float *state,
                               __global const int *t2r, __global const long *positions, __global const long *slots,
                               __global const long *bidx, __global const int *table, __global float *out,
                               __global volatile int *bad_words, __local kvc_slice_local *L, const long TS,
-                              const int bf16) {
+                              const int bf16, __global const float *bias) {
     const long nch = pl->nchunk;
     const long gid = get_group_id(0);
     const long o = gid / (8 * nch);
@@ -136,6 +148,10 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
                 sb[i] = pb[i * t2 + 256];
             }
         }
+        if (bias) {
+            slice_add_bias(sh, bias, pos0, dq, sa);
+            slice_add_bias(sh, bias, pos0 + KVC_SEG, dq, sb);
+        }
         st = seg_reduce(va, sa, KVC_SEG, KVC_SEG);
         const st2 st1 = seg_reduce(vb, sb, KVC_SEG, KVC_SEG);
         st_merge(&st, &st1);
@@ -159,9 +175,11 @@ static inline void slice_body(const kvc_shape *sh, const kvc_plan *pl, __global 
             float2 v[KVC_SEG], sc[KVC_SEG];
             seg_load(state, L->rowoff, kvc_score_delta(0, 512), 16 * w, KVC_SEG, dq, v, sc, 1, 1, bf16);
             if (bf16) seg_widen(v, sc);
+            if (bias) slice_add_bias(sh, bias, pos0, dq, sc);
             st = seg_reduce(v, sc, KVC_SEG, KVC_SEG);
             seg_load(state, L->rowoff, kvc_score_delta(0, 512), 16 * w + 8, KVC_SEG, dq, v, sc, 1, 1, bf16);
             if (bf16) seg_widen(v, sc);
+            if (bias) slice_add_bias(sh, bias, pos0 + KVC_SEG, dq, sc);
             const st2 st1 = seg_reduce(v, sc, KVC_SEG, KVC_SEG);
             st_merge(&st, &st1);
         }
@@ -231,13 +249,13 @@ static inline void zero_status(__global kvc_cl_status *st, const kvc_plan *pl) {
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_slice(KVC_CL_KERNEL_ARGS) {
     __local kvc_slice_local L;
     zero_status(st, &pl);
-    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0, 0);
+    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0, 0, 0);
 }
 
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_slice_dense(KVC_CL_KERNEL_ARGS) {
     __local kvc_slice_local L;
     zero_status(st, &pl);
-    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 1024, 0);
+    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 1024, 0, 0);
 }
 
 /* A bf16 state (SPEC 10), any token stride.  (Named so that no kernel's
@@ -245,7 +263,16 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_slice_dense(K
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_bf16_slice(KVC_CL_KERNEL_ARGS) {
     __local kvc_slice_local L;
     zero_status(st, &pl);
-    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0, 1);
+    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0, 1, 0);
+}
+
+/* A score bias (SPEC 10), either state, any token stride. */
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_bias_slice(KVC_CL_KERNEL_ARGS,
+                                                                            __global const float *bias) {
+    __local kvc_slice_local L;
+    zero_status(st, &pl);
+    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0, (int)sh.state_bf16,
+               bias);
 }
 
 /* A chunk state's dims 2q, 2q + 1. */

@@ -53,6 +53,7 @@ enum {
     K_SLICE,       /* C = 128 / 256 / 512 (kvc_slice.cl): any token stride            */
     K_SLICE_DENSE, /* the same, token stride 1024                                     */
     K_BF16_SLICE,  /* C = 128 / 256 / 512 with a bf16 state: any token stride         */
+    K_BIAS_SLICE,  /* the same with a score bias, either state                        */
     K_FINISH,      /* after the slice kernel: one group per output                    */
     K_GENERAL,     /* kvc_general.h: other head width 128, bf16 state or bias calls   */
     K_INDEXER,     /* head width 128, windows of one segment                          */
@@ -61,7 +62,7 @@ enum {
 static const char *const kKernelNames[K_COUNT] = {
     "kvc_compress_kernel", "kvc_compress_small",   "kvc_small_bf16", "kvc_small_bias",
     "kvc_compress_wide",   "kvc_slice",            "kvc_slice_dense",      "kvc_bf16_slice",
-    "kvc_slice_finish",    "kvc_compress_general", "kvc_compress_indexer"};
+    "kvc_bias_slice",      "kvc_slice_finish",     "kvc_compress_general", "kvc_compress_indexer"};
 
 typedef struct cl_entry {
     kvc_reg_entry reg; /* key (context, device); first member          */
@@ -174,6 +175,7 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         bin = kvc_ptx_minb(bin, "kvc_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_minb(bin, "kvc_slice_dense", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_minb(bin, "kvc_bf16_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
+        bin = kvc_ptx_minb(bin, "kvc_bias_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice_dense", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_minb(bin, "kvc_compress_indexer", KVC_OPENCL_IDX_SLOTS, &done);
@@ -501,10 +503,10 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     kvc_plan_make(a->num_outputs, a->compress_ratio, ovl, &pol, &pl);
     pl.out_base = out_base;
     pl.keep_status = keep;
-    /* head width 512, a bf16 state and no score bias in windows the slice
-     * kernels take (below): kvc_bf16_slice */
-    const int bf16 = a->state_dtype == KVC_STATE_BFLOAT16;
-    if (general && bf16 && !a->score_bias && a->head_dim == KVC_HEAD_DIM && kvc_plan_slice(a, &pl, 1)) general = 0;
+    /* head width 512 with a bf16 state or a score bias in windows the slice
+     * kernels take (below): kvc_bf16_slice, kvc_bias_slice */
+    const int bf16 = a->state_dtype == KVC_STATE_BFLOAT16, bias = a->score_bias != NULL;
+    if (general && a->head_dim == KVC_HEAD_DIM && kvc_plan_slice(a, &pl, 1)) general = 0;
     if (indexer || general) {
         if ((st = zero_status(q, status, keep)) != KVC_OK ||
             (st = grow(ent->ctx, &ws->states, &ws->states_bytes, 16, "chunk-state")) != KVC_OK ||
@@ -521,7 +523,6 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
      * buffers start aligned (offset 0) and both strides are even */
     pl.vec = a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0;
     if (general && pl.small_k && a->head_dim == KVC_HEAD_DIM) { /* kvc_small_bf16 / _bias */
-        const int bias = a->score_bias != NULL;
         return enqueue(q, ent->k[bias ? K_SMALL_BIAS : K_SMALL_BF16], &sh, &pl, bufs, bias ? 13 : 12, pl.groups, 256);
     }
     if (general) { /* kvc_general.h */
@@ -587,8 +588,8 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     call_bufs(a, status, states, tickets, bufs);
     if (slice) {
         const int dense = !bf16 && a->state_stride_token == 1024;
-        st = enqueue(q, ent->k[bf16 ? K_BF16_SLICE : dense ? K_SLICE_DENSE : K_SLICE], &sh, &pl, bufs, 12, pl.groups,
-                     256);
+        st = enqueue(q, ent->k[bias ? K_BIAS_SLICE : bf16 ? K_BF16_SLICE : dense ? K_SLICE_DENSE : K_SLICE], &sh, &pl,
+                     bufs, bias ? 13 : 12, pl.groups, 256);
         return st == KVC_OK ? enqueue(q, ent->k[K_FINISH], &sh, &pl, bufs, 12, a->num_outputs, 128) : st;
     }
     cl_kernel k = ent->k[pl.small_k ? K_SMALL : wide ? K_WIDE : K_MAIN];

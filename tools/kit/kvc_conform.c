@@ -250,11 +250,14 @@ static const char *const k_specs[] = {
 };
 
 /* The main compressor's windows of 16 and 32 segments with a bf16 state
- * (the OpenCL slice kernels' bf16 form): rows in whole blocks (block 8,
- * their direct loads) and through the row table (block 12). */
-static const char *const k_bf16_windows[] = {
+ * or a score bias (the OpenCL slice kernels' forms for them): rows in
+ * whole blocks (block 8, their direct loads) and through the row table
+ * (block 12). */
+static const char *const k_slice_windows[] = {
     "reqs=2,tokens=1024,C=128,block=8,format=fp8,kv_block=2,state=bf16,layout=shuffle",
     "reqs=2,tokens=1024,C=256,block=12,format=int8,state=bf16,layout=contig",
+    "reqs=2,tokens=1024,C=128,block=8,format=fp8,kv_block=2,bias=1,state=bf16,layout=contig",
+    "reqs=2,tokens=1024,C=256,block=12,format=fp8,bias=1,layout=shuffle",
 };
 
 /* Windows of one segment in calls of more outputs than one wave of the
@@ -418,7 +421,7 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         if (c.state_cache) kvc_case_free(&c);
     }
     spec_cases(o, r, "spec", k_specs, KVC_NSPECS(k_specs), 17, NULL);
-    spec_cases(o, r, "bf16 windows", k_bf16_windows, KVC_NSPECS(k_bf16_windows), 19, NULL);
+    spec_cases(o, r, "slice windows", k_slice_windows, KVC_NSPECS(k_slice_windows), 19, NULL);
     for (int i = 0; o->large && i < (int)(sizeof k_large / sizeof k_large[0]); i++) {
         kvc_case_params p;
         kvc_case c;
