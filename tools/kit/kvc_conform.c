@@ -421,7 +421,8 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         if (c.state_cache) kvc_case_free(&c);
     }
     spec_cases(o, r, "spec", k_specs, KVC_NSPECS(k_specs), 17, NULL);
-    spec_cases(o, r, "slice windows", k_slice_windows, KVC_NSPECS(k_slice_windows), 19, NULL);
+    if (o->paths != 2) /* (the second OpenCL mode takes the same slice kernels) */
+        spec_cases(o, r, "slice windows", k_slice_windows, KVC_NSPECS(k_slice_windows), 19, NULL);
     for (int i = 0; o->large && i < (int)(sizeof k_large / sizeof k_large[0]); i++) {
         kvc_case_params p;
         kvc_case c;
