@@ -92,9 +92,8 @@ __device__ __forceinline__ float ld_state1(const float *base, long long i) {
 }
 
 /* SPEC 10's score bias on loaded rows i < n: the element offset bo(i) of
- * row i's bias (< 0: a masked row, none), thread q's dims; SHARED: bias
- * points into shared memory. */
-template <bool SHARED = false, class BO>
+ * row i's bias (< 0: a masked row, none), thread q's dims. */
+template <class BO>
 __device__ __forceinline__ void seg_add_bias(const float *bias, int n, int q, seg_data &x, BO bo) {
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++) {
@@ -102,17 +101,21 @@ __device__ __forceinline__ void seg_add_bias(const float *bias, int n, int q, se
         if (b >= 0)
 #pragma unroll
             for (int j = 0; j < DPT; j++)
-                x.s[i][j] = KVC_ADD(x.s[i][j], SHARED ? bias[b + DPT * q + j] : __ldg(bias + b + DPT * q + j));
+                x.s[i][j] = KVC_ADD(x.s[i][j], __ldg(bias + b + DPT * q + j));
     }
 }
 
-/* The same for 8 full rows with 8-byte bias pairs (bias 8-byte aligned,
- * even offsets; DPT 2): a load per row. */
-template <class BO>
-__device__ __forceinline__ void seg_add_bias2(const float *bias, int q, seg_data &x, BO bo) {
+/* The same with 8-byte bias pairs (bias 8-byte aligned, even offsets;
+ * DPT 2), a load per row, no row masked (a masked row's offset points at
+ * zeros: -Inf + 0 = -Inf); rows i < n.  SHARED: bias points into shared
+ * memory. */
+template <bool SHARED = false, class BO>
+__device__ __forceinline__ void seg_add_bias2(const float *bias, int q, seg_data &x, BO bo, int n = KVC_SEG) {
 #pragma unroll
     for (int i = 0; i < KVC_SEG; i++) {
-        const float2 v = __ldg(reinterpret_cast<const float2 *>(bias + bo(i)) + q);
+        if (i >= n) continue;
+        const float2 *b = reinterpret_cast<const float2 *>(bias + bo(i)) + q;
+        const float2 v = SHARED ? *b : __ldg(b);
         x.s[i][0] = KVC_ADD(x.s[i][0], v.x);
         x.s[i][DPT - 1] = KVC_ADD(x.s[i][DPT - 1], v.y);
     }
@@ -748,16 +751,24 @@ template <> struct small_buf<true> {
 
 struct small_rows {
     long long voff[KVC_CUDA_SMALL_K * KVC_SEG], soff[KVC_CUDA_SMALL_K * KVC_SEG];
-    long long boff[KVC_CUDA_SMALL_K * KVC_SEG]; /* score_bias: the row's bias offset (-1: none) */
+    union { /* score_bias: the row's bias offset, in global memory (-1: none) or in a small_bias */
+        long long g[KVC_CUDA_SMALL_K * KVC_SEG];
+        int s[KVC_CUDA_SMALL_K * KVC_SEG];
+    } boff;
+};
+/* The score bias copied into shared memory: its rows (C rows of 1024 floats
+ * with overlap, C <= 4, or of 512, C <= 8), then a row of zeros, a masked
+ * row's (-Inf + 0 = -Inf). */
+#define SMALL_BIAS_ZERO (KVC_SEG * 512)
+struct small_bias {
+    alignas(16) float rows[SMALL_BIAS_ZERO + 512];
 };
 
 /* BF16: a bf16 state (SPEC 10).  BIAS: a score bias is added where
- * P.a.score_bias is set, read from bias_rows where not NULL: shared memory
- * for the whole bias tensor of a one-segment window (C rows of 1024 floats
- * with overlap, C <= 4, or of 512, C <= 8: 4096 floats at most), copied in
- * once per CTA. */
+ * P.a.score_bias is set, read from sb where not NULL (the whole bias tensor
+ * of a one-segment window, copied in once per CTA), else from global memory. */
 template <bool BF16, bool BIAS>
-__device__ __forceinline__ void small_body(const launch_params &P, unsigned cta, float *bias_rows) {
+__device__ __forceinline__ void small_body(const launch_params &P, unsigned cta, small_bias *sb) {
     __shared__ small_rows rt; /* rows of output k: 8k .. 8k+7           */
     __shared__ kv_slot s_at[KVC_CUDA_SMALL_K];
     __shared__ long long s_pc[KVC_CUDA_SMALL_K], s_r[KVC_CUDA_SMALL_K], s_p[KVC_CUDA_SMALL_K], s_badg[KVC_CUDA_SMALL_K];
@@ -787,13 +798,17 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
     const long long C = a.compress_ratio;
     const int rows = (int)P.pl.rows; /* <= 8 */
     const int bw = a.overlap == KVC_OVERLAP_ON ? 1024 : 512; /* a bias row's floats */
-    const int cached = BIAS && a.score_bias && bias_rows;
-    if (cached)
+    const int cached = BIAS && a.score_bias && sb;
+    if (cached) {
         for (int t = q; t < C * bw; t += DG)
-            bias_rows[t] = __ldg(a.score_bias + (t / bw) * a.score_bias_stride + t % bw);
+            sb->rows[t] = __ldg(a.score_bias + (t / bw) * a.score_bias_stride + t % bw);
+        for (int t = q; t < 512; t += DG) sb->rows[SMALL_BIAS_ZERO + t] = 0.0f;
+    }
     for (int t = q; t < kn * KVC_SEG; t += DG) {
         const int k = t / KVC_SEG, i = t % KVC_SEG;
-        rt.voff[t] = rt.soff[t] = rt.boff[t] = -1;
+        rt.voff[t] = rt.soff[t] = -1;
+        if (cached) rt.boff.s[t] = SMALL_BIAS_ZERO;
+        else rt.boff.g[t] = -1;
         if (!s_ok[k] || i >= rows) continue;
         int vo, so;
         const long long pos = kvc_window_row(s_p[k], C, a.overlap == KVC_OVERLAP_ON, 512, i, &vo, &so);
@@ -809,9 +824,10 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
         const long long base = kvc_state_row_offset(&a, blk, pos);
         rt.voff[t] = base + vo;
         rt.soff[t] = base + so;
-        if (BIAS && a.score_bias)
-            rt.boff[t] =
-                kvc_bias_offset(pos, C, cached ? bw : a.score_bias_stride, so, a.overlap == KVC_OVERLAP_ON, 512);
+        if (cached)
+            rt.boff.s[t] = (int)kvc_bias_offset(pos, C, bw, so, a.overlap == KVC_OVERLAP_ON, 512);
+        else if (BIAS && a.score_bias)
+            rt.boff.g[t] = kvc_bias_offset(pos, C, a.score_bias_stride, so, a.overlap == KVC_OVERLAP_ON, 512);
     }
     fin_in f;
     fin_load_weights(P, q, f);
@@ -856,12 +872,11 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
         const int e = s_live[i], k = e >> 1;
         float *cbuf = cbufs[b]; /* last used two outputs ago: every thread passed a barrier since */
         fin_load_cos_sin(P, s_pc[k], q, f);
-        const auto bo = [&](int r) { return rt.boff[k * KVC_SEG + r]; };
         const auto reduce = [&](seg_data &x, int n) {
             if (cached)
-                seg_add_bias<true>(bias_rows, n, q, x, bo);
+                seg_add_bias2<true>(sb->rows, q, x, [&](int r) { return rt.boff.s[k * KVC_SEG + r]; }, n);
             else if (BIAS && a.score_bias)
-                seg_add_bias(a.score_bias, n, q, x, bo);
+                seg_add_bias(a.score_bias, n, q, x, [&](int r) { return rt.boff.g[k * KVC_SEG + r]; });
             return seg_compute(x, n);
         };
         seg_data xw, &x = seg_as_f32(xb, xw); /* (bf16: widened here, as the rows are used) */
@@ -888,8 +903,8 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
 template <bool BF16, bool BIAS>
 __global__ void __launch_bounds__(DG, small_minb(BF16, BIAS)) compress_small_kernel(const launch_params P) {
     if constexpr (BIAS) {
-        __shared__ float bias_rows[KVC_SEG * 512];
-        small_body<BF16, true>(P, blockIdx.x, bias_rows);
+        __shared__ small_bias sb;
+        small_body<BF16, true>(P, blockIdx.x, &sb);
     } else {
         small_body<BF16, false>(P, blockIdx.x, nullptr);
     }
