@@ -509,8 +509,7 @@ struct set_plan {
 
 /* Resident CTAs per SM of the one-segment kernel a call takes */
 static int small_minb(const kvc_args *a, int bf16) {
-    return a->numerics == KVC_NUMERICS_FAST ? kvc_cuda_d2f::small_minb(bf16, a->score_bias != NULL)
-                                            : kvc_cuda_d2::small_minb(bf16, a->score_bias != NULL);
+    return a->numerics == KVC_NUMERICS_FAST ? kvc_cuda_d2f::small_minb(bf16) : kvc_cuda_d2::small_minb(bf16);
 }
 
 /* segment1_kernel's CTAs resident at once on device dev (one wave), asked

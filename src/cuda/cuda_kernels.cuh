@@ -682,12 +682,10 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
  * flight during the current one's finalisation.
  */
 #define SMALL_MINB KVC_CUDA_SMALL_MINB
-/* resident CTAs per SM a variant asks: EXACT with a bf16 state and no score
- * bias, KVC_CUDA_SMALL_MINB16 (its raw rows leave room for more warps to
- * hide the exact exp's latency) */
-__host__ __device__ constexpr int small_minb(bool bf16, bool bias) {
-    return bf16 && !bias && !FASTNUM ? KVC_CUDA_SMALL_MINB16 : SMALL_MINB;
-}
+/* resident CTAs per SM a variant asks: EXACT with a bf16 state,
+ * KVC_CUDA_SMALL_MINB16 (its raw rows leave room for more warps to hide the
+ * exact exp's latency) */
+__host__ __device__ constexpr int small_minb(bool bf16) { return bf16 && !FASTNUM ? KVC_CUDA_SMALL_MINB16 : SMALL_MINB; }
 
 /* A window's bf16 rows for one thread as loaded (a 4-byte pair of dims a
  * row and half), widened where they are used (seg_widen16): widened right
@@ -901,7 +899,7 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
         atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), (unsigned long long)nonfinite);
 }
 template <bool BF16, bool BIAS>
-__global__ void __launch_bounds__(DG, small_minb(BF16, BIAS)) compress_small_kernel(const launch_params P) {
+__global__ void __launch_bounds__(DG, small_minb(BF16)) compress_small_kernel(const launch_params P) {
     if constexpr (BIAS) {
         __shared__ small_bias sb;
         small_body<BF16, true>(P, blockIdx.x, &sb);

@@ -23,8 +23,8 @@
 #define KVC_CUDA_LANES 2
 /* one-segment kernel: resident CTAs per SM (4, with KVC_CUDA_SMALL_K 96, was slower at every C4 size) */
 #define KVC_CUDA_SMALL_MINB 3
-/* ... EXACT with a bf16 state and no score bias (64 registers: 4 was faster at 65k / 131k tokens; with a
- * bias it spilled and was slower; FAST, at 65k, slower too) */
+/* ... EXACT with a bf16 state (64 registers: 4 was faster at 65k / 131k tokens, with a score bias too;
+ * FAST, at 65k, slower) */
 #define KVC_CUDA_SMALL_MINB16 4
 /* one-segment kernel: outputs per CTA at most (K is balanced over whole waves
  * per call; 96 puts 4 x 131072 C4 tokens in one wave of K = 83, faster than
