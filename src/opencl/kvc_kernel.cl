@@ -819,7 +819,8 @@ __kernel __attribute__((reqd_work_group_size(2 * KVC_CL_WG, 1, 1))) void kvc_com
 /* The one-segment kernels' local memory: the finaliser's (c, t, u, flags),
  * the rows of output k (8k .. 8k + 7: element offsets of the value halves,
  * < 0: masked; with a score bias each row's offset in the group's copy of
- * the bias), and the outputs' check results. */
+ * the bias, a masked row's or a row past the window its row of zeros), and
+ * the outputs' check results. */
 typedef struct {
     float c[512], t[256], u[256];
     int flags[KVC_CL_FIN_FLAGS] __attribute__((aligned(16)));
@@ -842,11 +843,11 @@ static inline void seg_widen(float2 *v, float2 *s) {
 }
 
 /* SPEC 10's score bias on the scores of local rows [lr, lr + n): row i's
- * bias row at sb + boff[lr + i] (a masked row: none), dims 2q, 2q+1. */
-static inline void seg_add_bias(__local const float *sb, __local const int *boff, __local const long *rowoff,
-                                int lr, int n, int q, float2 *s) {
+ * bias row at sb + boff[lr + i] (a masked row's: a row of zeros, -Inf + 0
+ * = -Inf), dims 2q, 2q+1. */
+static inline void seg_add_bias(__local const float *sb, __local const int *boff, int lr, int n, int q, float2 *s) {
     for (int i = 0; i < KVC_SEG; i++)
-        if (i < n && rowoff[lr + i] >= 0) {
+        if (i < n) {
             const float2 b = vload2(q, sb + boff[lr + i]);
             s[i].x = KVC_ADD(s[i].x, b.x);
             s[i].y = KVC_ADD(s[i].y, b.y);
@@ -856,7 +857,9 @@ static inline void seg_add_bias(__local const float *sb, __local const int *boff
 /* The body of the one-segment kernels.  bf16: the state is bf16 (a
  * literal, or sh.state_bf16); bias: the score bias (NULL: none), copied
  * into sb (C rows of 1024 floats with overlap, or of 512: KVC_SEG x 512
- * floats at most) once per group. */
+ * floats at most) once per group, then a row of 512 zeros
+ * (KVC_CL_BIAS_ZERO). */
+#define KVC_CL_BIAS_ZERO (KVC_SEG * 512)
 static inline void small_body(const kvc_shape *shp, const kvc_plan *plp, __global const float *state,
                               __global const int *t2r, __global const long *positions, __global const long *slots,
                               __global const long *bidx, __global const int *table, __global const ushort *weight,
@@ -881,14 +884,17 @@ static inline void small_body(const kvc_shape *shp, const kvc_plan *plp, __globa
         L->r[q] = inf.r;
         L->p[q] = inf.p;
     }
-    if (bias)
+    if (bias) {
         for (int x = q; x < sh.compress_ratio * bw; x += KVC_CL_WG)
             sb[x] = bias[(x / bw) * sh.score_bias_stride + x % bw];
+        for (int x = q; x < 512; x += KVC_CL_WG) sb[KVC_CL_BIAS_ZERO + x] = 0.0f;
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int rows = (int)plp->rows; /* <= 8 */
     for (int x = q; x < kn * KVC_SEG; x += KVC_CL_WG) {
         const int k = x / KVC_SEG, i = x % KVC_SEG;
         long off = -1, g;
+        if (bias) L->boff[x] = KVC_CL_BIAS_ZERO;
         if (L->ok[k] && i < rows) {
             off = kvc_row_lookup(&sh, table + L->r[k] * sh.block_table_stride, L->p[k], i, &g);
             if (off == KVC_ROW_MASKED) L->masked[k] = 1;
@@ -919,7 +925,7 @@ static inline void small_body(const kvc_shape *shp, const kvc_plan *plp, __globa
     if (k < kn) seg_load(state, L->rowoff, sdelta, k * KVC_SEG, rows, q, v, s, !L->masked[k], vec, bf16);
     while (k < kn) {
         if (bf16) seg_widen(v, s);
-        if (bias) seg_add_bias(sb, L->boff, L->rowoff, k * KVC_SEG, rows, q, s);
+        if (bias) seg_add_bias(sb, L->boff, k * KVC_SEG, rows, q, s);
         const st2 res = seg_reduce(v, s, rows, KVC_SEG);
         int kk = k + 1;
         while (kk < kn && (!L->ok[kk] || L->bad[kk])) {
@@ -958,7 +964,7 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_small_b
 __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_small_bias(KVC_CL_KERNEL_ARGS,
                                                                                            __global const float *bias) {
     __local small_lds L;
-    __local float sb[KVC_SEG * 512];
+    __local float sb[KVC_CL_BIAS_ZERO + 512];
     small_body(KVC_CL_SMALL_ARGS, bias, sb, (int)sh.state_bf16, &L);
 }
 
