@@ -828,7 +828,7 @@ typedef struct {
     int boff[KVC_CL_SMALL_K * KVC_SEG];
     long po[KVC_CL_SMALL_K], so[KVC_CL_SMALL_K], pc[KVC_CL_SMALL_K], r[KVC_CL_SMALL_K], p[KVC_CL_SMALL_K],
         badg[KVC_CL_SMALL_K];
-    int ok[KVC_CL_SMALL_K], bad[KVC_CL_SMALL_K], masked[KVC_CL_SMALL_K];
+    int ok[KVC_CL_SMALL_K], bad[KVC_CL_SMALL_K], masked[KVC_CL_SMALL_K], ph0[KVC_CL_SMALL_K];
 } small_lds;
 
 /* bf16 rows (bf16): the pairs of bits seg_load left in v and s (dims 2q,
@@ -844,11 +844,12 @@ static inline void seg_widen(float2 *v, float2 *s) {
 
 /* SPEC 10's score bias on the scores of local rows [lr, lr + n): row i's
  * bias row at sb + boff[lr + i] (a masked row's: a row of zeros, -Inf + 0
- * = -Inf), dims 2q, 2q+1. */
+ * = -Inf), or with boff NULL at sb + 512 i (rows of a window with p + 1 =
+ * 0 mod C), dims 2q, 2q+1. */
 static inline void seg_add_bias(__local const float *sb, __local const int *boff, int lr, int n, int q, float2 *s) {
     for (int i = 0; i < KVC_SEG; i++)
         if (i < n) {
-            const float2 b = vload2(q, sb + boff[lr + i]);
+            const float2 b = vload2(q, sb + (boff ? boff[lr + i] : 512 * i));
             s[i].x = KVC_ADD(s[i].x, b.x);
             s[i].y = KVC_ADD(s[i].y, b.y);
         }
@@ -856,8 +857,10 @@ static inline void seg_add_bias(__local const float *sb, __local const int *boff
 
 /* The body of the one-segment kernels.  bf16: the state is bf16 (a
  * literal, or sh.state_bf16); bias: the score bias (NULL: none), copied
- * into sb (C rows of 1024 floats with overlap, or of 512: KVC_SEG x 512
- * floats at most) once per group, then a row of 512 zeros
+ * into sb once per group as the rows of a window with p + 1 = 0 mod C take
+ * it (a row's bias row depends only on (p + 1) mod C): row i of the copy is
+ * bias row i mod C (with overlap, rows C .. 2C - 1 the B halves), 512
+ * floats a row, KVC_SEG rows at most; then a row of 512 zeros
  * (KVC_CL_BIAS_ZERO). */
 #define KVC_CL_BIAS_ZERO (KVC_SEG * 512)
 static inline void small_body(const kvc_shape *shp, const kvc_plan *plp, __global const float *state,
@@ -869,7 +872,7 @@ static inline void small_body(const kvc_shape *shp, const kvc_plan *plp, __globa
     const int q = (int)get_local_id(0);
     const long o0 = (long)get_group_id(0) * plp->small_k;
     const int kn = (int)(sh.num_outputs - o0 < plp->small_k ? sh.num_outputs - o0 : plp->small_k);
-    const int ovl = sh.overlap != 0, bw = ovl ? 1024 : 512; /* a bias row's floats */
+    const int ovl = sh.overlap != 0;
     if (q < kn) { /* work-item q: output o0 + q's checks (it records its own error or padding) */
         kvc_out_info inf;
         const int ok = output_of(&sh, bidx, slots, t2r, positions, table, st, plp->out_base, o0 + q, 1, &inf);
@@ -878,6 +881,7 @@ static inline void small_body(const kvc_shape *shp, const kvc_plan *plp, __globa
         L->ok[q] = ok;
         L->bad[q] = 0;
         L->masked[q] = 0;
+        L->ph0[q] = bias && (inf.p + 1) % sh.compress_ratio == 0;
         L->po[q] = po;
         L->so[q] = so;
         L->pc[q] = inf.pc;
@@ -885,8 +889,10 @@ static inline void small_body(const kvc_shape *shp, const kvc_plan *plp, __globa
         L->p[q] = inf.p;
     }
     if (bias) {
-        for (int x = q; x < sh.compress_ratio * bw; x += KVC_CL_WG)
-            sb[x] = bias[(x / bw) * sh.score_bias_stride + x % bw];
+        for (int x = q; x < plp->rows * 512; x += KVC_CL_WG) {
+            const int i = x >> 9;
+            sb[x] = bias[(i % sh.compress_ratio) * sh.score_bias_stride + (i >= sh.compress_ratio ? 512 : 0) + (x & 511)];
+        }
         for (int x = q; x < 512; x += KVC_CL_WG) sb[KVC_CL_BIAS_ZERO + x] = 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -902,7 +908,7 @@ static inline void small_body(const kvc_shape *shp, const kvc_plan *plp, __globa
             if (bias && off >= 0) {
                 int vo, so;
                 const long pos = kvc_window_row(L->p[k], sh.compress_ratio, ovl, 512, i, &vo, &so);
-                L->boff[x] = (int)kvc_bias_offset(pos, sh.compress_ratio, bw, so, ovl, 512);
+                L->boff[x] = 512 * (int)(pos % sh.compress_ratio + (so != kvc_score_delta(ovl, 512) ? sh.compress_ratio : 0));
             }
         }
         L->rowoff[x] = off;
@@ -925,7 +931,10 @@ static inline void small_body(const kvc_shape *shp, const kvc_plan *plp, __globa
     if (k < kn) seg_load(state, L->rowoff, sdelta, k * KVC_SEG, rows, q, v, s, !L->masked[k], vec, bf16);
     while (k < kn) {
         if (bf16) seg_widen(v, s);
-        if (bias) seg_add_bias(sb, L->boff, k * KVC_SEG, rows, q, s);
+        if (bias && L->ph0[k] && !L->masked[k] && rows == KVC_SEG) /* row i's bias: row i of the copy */
+            seg_add_bias(sb, 0, 0, KVC_SEG, q, s);
+        else if (bias)
+            seg_add_bias(sb, L->boff, k * KVC_SEG, rows, q, s);
         const st2 res = seg_reduce(v, s, rows, KVC_SEG);
         int kk = k + 1;
         while (kk < kn && (!L->ok[kk] || L->bad[kk])) {
