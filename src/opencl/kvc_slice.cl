@@ -55,11 +55,13 @@ typedef struct {
 } kvc_slice_local;
 
 /* SPEC 10's score bias on the scores s of window positions pos0 ..
- * pos0 + 7 (no overlap: none is masked), dims 2 dq, 2 dq + 1. */
+ * pos0 + 7 (no overlap: none is masked), dims 2 dq, 2 dq + 1: bias row
+ * pos mod C, by a mask (C is 128, 256 or 512 here), not kvc_bias_offset's
+ * 64-bit remainder a row. */
 static inline void slice_add_bias(const kvc_shape *sh, __global const float *bias, long pos0, int dq, float2 *s) {
+    const int cm = (int)sh->compress_ratio - 1, r = (int)(pos0 & cm);
     for (int i = 0; i < KVC_SEG; i++) {
-        const float2 b = vload2(dq, bias + kvc_bias_offset(pos0 + i, sh->compress_ratio, sh->score_bias_stride, 512, 0,
-                                                           512));
+        const float2 b = vload2(dq, bias + ((r + i) & cm) * sh->score_bias_stride);
         s[i].x = KVC_ADD(s[i].x, b.x);
         s[i].y = KVC_ADD(s[i].y, b.y);
     }
