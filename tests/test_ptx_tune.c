@@ -19,7 +19,7 @@ static const char *kPtx =
     "\tld.global.f32 %f1, [%rd1];\n\tld.global.v2.f32 {%f2, %f3}, [%rd2];\n\tld.global.u16 %rs1, [%rd3];\n"
     "\tret;\n}\n\n"
     ".entry kvc_compress_small(\n\t.param .u64 kvc_compress_small_param_0\n)\n.reqntid 256, 1, 1\n{\n"
-    "\tld.global.f32 %f1, [%rd1];\n\tret;\n}\n\n"
+    "\tld.global.f32 %f1, [%rd1];\n\tld.global.u32 %r1, [%rd2];\n\tld.global.s32 %r2, [%rd3];\n\tret;\n}\n\n"
     ".entry kvc_compress_wide(\n\t.param .u64 kvc_compress_wide_param_0\n)\n.reqntid 512, 1, 1\n{\n"
     "\tld.global.f32 %f1, [%rd1];\n\tld.global.f32 %f2, [%rd4];\n\tret;\n}\n\n"
     ".entry kvc_compress_indexer(\n\t.param .u64 kvc_compress_indexer_param_0\n)\n.reqntid 256, 1, 1\n{\n"
@@ -102,6 +102,15 @@ static void test_streaming(void) {
                  count(x, "ld.global.f32 %f5") == 1 && count(p, "ld.global.cs.f32") == 0,
              "cs: indexer forms:\n%s", x);
     free(x);
+    free(p);
+    /* 4-byte words (bf16 pairs) only: not the f32 or the s32 load */
+    done = 0;
+    p = kvc_ptx_streaming(dup(kPtx), "kvc_compress_small", KVC_PTX_LD_U32, &done);
+    char *y = span(p, "kvc_compress_small");
+    TU_CHECK(done == 1 && count(y, "ld.global.cs.u32 %r1") == 1 && count(y, "ld.global.s32 %r2") == 1 &&
+                 count(y, "ld.global.f32 %f1") == 1 && count(p, "ld.global.cs.") == 1,
+             "cs: u32 form:\n%s", y);
+    free(y);
     free(p);
     /* no form asked for: unchanged, not done */
     done = 0;

@@ -143,8 +143,10 @@ static int build_log_on(void) {
  * The directives (opencl_tuning.h): the wide kernel at .minnctapersm 2, the
  * one-segment kernels at 3, the slice kernels at 4, the indexer kernel at 2,
  * the 2-dims kernel as built; .cs loads in the 2-dims, wide and slice
- * kernels, and the indexer's 16- and 8-byte state row loads (not its score
- * bias: evict-first made a bias row a DRAM read per output).  Any failure
+ * kernels, the one-segment kernels' 8-byte float and 4-byte bf16 state
+ * loads, the bf16 slice kernels' 4-byte ones, and the indexer's 16- and
+ * 8-byte state row loads (not its score bias: evict-first made a bias row
+ * a DRAM read per output).  Any failure
  * keeps the program as built.
  */
 static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
@@ -170,6 +172,11 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         bin = kvc_ptx_minb(bin, "kvc_compress_small", KVC_OPENCL_SMALL_SLOTS, &done);
         bin = kvc_ptx_minb(bin, "kvc_small_bf16", KVC_OPENCL_SMALL_SLOTS, &done);
         bin = kvc_ptx_minb(bin, "kvc_small_bias", KVC_OPENCL_SMALL_SLOTS, &done);
+        /* (their state rows: float pairs, or bf16 pairs as 32-bit words; their
+         * tables are s32, their bias, cos / sin and scalar rows f32 or u16) */
+        bin = kvc_ptx_streaming(bin, "kvc_compress_small", KVC_PTX_LD_V2F32, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_small_bf16", KVC_PTX_LD_U32, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_small_bias", KVC_PTX_LD_V2F32 | KVC_PTX_LD_U32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_compress_kernel", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_compress_wide", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_minb(bin, "kvc_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
@@ -178,6 +185,8 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         bin = kvc_ptx_minb(bin, "kvc_bias_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice_dense", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_bf16_slice", KVC_PTX_LD_U32, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_bias_slice", KVC_PTX_LD_U32, &done);
         bin = kvc_ptx_minb(bin, "kvc_compress_indexer", KVC_OPENCL_IDX_SLOTS, &done);
         /* (the indexer's state rows only: its bias and cos / sin loads are scalar) */
         bin = kvc_ptx_streaming(bin, "kvc_compress_indexer", KVC_PTX_LD_V4F32 | KVC_PTX_LD_V2U32, &done);

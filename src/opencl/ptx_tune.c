@@ -42,10 +42,11 @@ char *kvc_ptx_minb(char *ptx, const char *entry, int n, int *done) {
 char *kvc_ptx_streaming(char *ptx, const char *entry, int forms, int *done) {
     const char *at, *end;
     if (!entry_span(ptx, entry, &at, &end)) return ptx;
-    enum { NF = 4 }; /* form k: mask bit 1 << k */
-    static const char *from[NF] = {"ld.global.f32", "ld.global.v2.f32", "ld.global.v4.f32", "ld.global.v2.u32"};
+    enum { NF = 5 }; /* form k: mask bit 1 << k */
+    static const char *from[NF] = {"ld.global.f32", "ld.global.v2.f32", "ld.global.v4.f32", "ld.global.v2.u32",
+                                   "ld.global.u32"};
     static const char *to[NF] = {"ld.global.cs.f32", "ld.global.cs.v2.f32", "ld.global.cs.v4.f32",
-                                 "ld.global.cs.v2.u32"};
+                                 "ld.global.cs.v2.u32", "ld.global.cs.u32"};
     size_t n = 0;
     for (const char *p = at; p < end; p++)
         for (int k = 0; k < NF; k++)

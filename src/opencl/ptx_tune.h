@@ -27,6 +27,7 @@ KVC_HIDDEN char *kvc_ptx_minb(char *ptx, const char *entry, int n, int *done);
 #define KVC_PTX_LD_V2F32 2 /* ld.global.v2.f32 */
 #define KVC_PTX_LD_V4F32 4 /* ld.global.v4.f32 */
 #define KVC_PTX_LD_V2U32 8 /* ld.global.v2.u32 */
+#define KVC_PTX_LD_U32 16  /* ld.global.u32    */
 
 /**
  * In the body of `.entry entry(` (up to the next ".entry"), make the global
