@@ -26,15 +26,15 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 # optional: Oclgrind runs the OpenCL backend's GPU-only kernels in CTest
-# (opencl_gpu_paths); without it that test is not registered
+# (opencl_gpu_paths_*); without it that test is not registered
 if [ "${KVC_WANT_OPENCL:-0}" = 1 ] && ! command -v oclgrind >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing: oclgrind (optional)"
     { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq oclgrind >/dev/null 2>&1 ||
       { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq oclgrind; } >/dev/null 2>&1; } ||
-      echo "note: apt-get install oclgrind failed; the opencl_gpu_paths test is left out" >&2
+      echo "note: apt-get install oclgrind failed; the opencl_gpu_paths_* tests are left out" >&2
   else
-    echo "note: oclgrind not installed (optional: sudo apt-get install oclgrind); opencl_gpu_paths is left out" >&2
+    echo "note: oclgrind not installed (optional: sudo apt-get install oclgrind); opencl_gpu_paths_* are left out" >&2
   fi
 fi
 exit 0

@@ -11,9 +11,12 @@
  *
  * PoCL cannot run these kernels (bench/NOTES.md: it miscompiles the
  * straight-line forms), so CTest runs this under Oclgrind, an OpenCL device
- * simulator that also reports invalid memory accesses (opencl_gpu_paths,
- * with KVC_OPENCL_GPU_PATHS=1).  Without KVC_OPENCL_GPU_PATHS=1, or in a
- * library built without its test hooks (CMake KVC_TEST_HOOKS), it skips.
+ * simulator that also reports invalid memory accesses (with
+ * KVC_OPENCL_GPU_PATHS=1), in three parts that can run side by side:
+ * `test_opencl_paths wide` (opencl_gpu_paths_wide), `2dims`
+ * (opencl_gpu_paths_2dims), `general` (opencl_gpu_paths_general); no
+ * argument: all three.  Without KVC_OPENCL_GPU_PATHS=1, or in a library
+ * built without its test hooks (CMake KVC_TEST_HOOKS), it skips.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
@@ -26,11 +29,19 @@
 #include "kvcompress.h"
 #include "test_util.h"
 
-int main(void) {
+int main(int argc, char **argv) {
 #ifndef KVC_KIT_WITH_OPENCL
+    (void)argc;
+    (void)argv;
     printf("SKIP: built without the OpenCL kit\n");
     return TU_SKIP;
 #else
+    const char *part = argc > 1 ? argv[1] : "all";
+    const int all = strcmp(part, "all") == 0;
+    if (!all && strcmp(part, "wide") && strcmp(part, "2dims") && strcmp(part, "general")) {
+        fprintf(stderr, "test_opencl_paths: part \"%s\" is not wide, 2dims, general or all\n", part);
+        return 2;
+    }
     const char *gp = getenv("KVC_OPENCL_GPU_PATHS");
     if (!gp || strcmp(gp, "1") != 0 || !kvc_backend_available(KVC_BACKEND_OPENCL)) {
         printf("SKIP: needs an OpenCL device and KVC_OPENCL_GPU_PATHS=1 (CTest runs it under Oclgrind)\n");
@@ -39,6 +50,7 @@ int main(void) {
     int failed = 0;
     const char *modes[] = {"0", "1"}; /* KVC_OPENCL_NO_WIDE: the wide kernel, then the 2-dims one */
     for (int m = 0; m < 2; m++) {
+        if (!all && strcmp(part, m == 0 ? "wide" : "2dims")) continue;
         setenv("KVC_OPENCL_NO_WIDE", modes[m], 1);
         /* the second pass without the slice kernels' shapes: they take the
          * same kernels in both modes */
@@ -47,6 +59,10 @@ int main(void) {
         kvc_kit_conform(&o, &r);
         printf("KVC_OPENCL_NO_WIDE=%s: %d passed, %d failed\n", modes[m], r.passed, r.failed);
         failed += r.failed + (r.passed + r.failed == 0);
+    }
+    if (!all && strcmp(part, "general")) {
+        printf("%s (%d failures)\n", failed ? "FAILED" : "passed", failed);
+        return failed ? 1 : 0;
     }
     /* the general kernel: head width 128 (both formats, rotation), bias, bf16; a NaN in one window */
     static const char *const general[] = {
