@@ -68,6 +68,16 @@ static inline float2 ld2_bf16(__global const float *state, long off, int q, int 
 }
 static inline void seg_load(__global const float *state, __local const long *rowoff, long sdelta, int lr, int n,
                             int q, float2 *v, float2 *s, int plain, int vec, int bf16) {
+    if (bf16 && plain && vec && n == KVC_SEG) { /* 8 unmasked bf16 rows of 4-byte pairs: straight-line, each
+                                                  * load one shifted add from the work-item's base */
+        __global const uchar *bv = (__global const uchar *)state + 4 * q, *bs = bv + 2 * sdelta;
+        for (int i = 0; i < KVC_SEG; i++) {
+            const long off2 = 2 * rowoff[lr + i];
+            v[i] = (float2)(as_float(*(__global const uint *)(bv + off2)), 0.0f);
+            s[i] = (float2)(as_float(*(__global const uint *)(bs + off2)), 0.0f);
+        }
+        return;
+    }
     for (int i = 0; i < KVC_SEG; i++) {
         if (i >= n) break;
         const long off = rowoff[lr + i];
