@@ -52,8 +52,8 @@ int main(int argc, char **argv) {
     for (int m = 0; m < 2; m++) {
         if (!all && strcmp(part, m == 0 ? "wide" : "2dims")) continue;
         setenv("KVC_OPENCL_NO_WIDE", modes[m], 1);
-        /* the second pass without the slice kernels' shapes: they take the
-         * same kernels in both modes */
+        /* the second pass without the shapes whose kernels are the same in
+         * both modes (slice, indexer, one-segment with a bias) */
         kvc_conform_opts o = {KVC_BACKEND_OPENCL, 0, NULL, 0, m == 0 ? 1 : 2, stdout, 0};
         kvc_conform_result r;
         kvc_kit_conform(&o, &r);

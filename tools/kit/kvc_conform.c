@@ -420,7 +420,8 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         report(o, r, bad, "path", name, msg);
         if (c.state_cache) kvc_case_free(&c);
     }
-    spec_cases(o, r, "spec", k_specs, KVC_NSPECS(k_specs), 17, NULL);
+    if (o->paths != 2) /* (indexer windows: the same kernels in either OpenCL mode) */
+        spec_cases(o, r, "spec", k_specs, KVC_NSPECS(k_specs), 17, NULL);
     if (o->paths != 2) /* (the second OpenCL mode takes the same slice kernels) */
         spec_cases(o, r, "slice windows", k_slice_windows, KVC_NSPECS(k_slice_windows), 19, NULL);
     for (int i = 0; o->large && i < (int)(sizeof k_large / sizeof k_large[0]); i++) {
@@ -450,7 +451,8 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         if (c.state_cache) kvc_case_free(&c);
     }
     if (o->large) spec_cases(o, r, "odd bias rows", k_odd_bias, KVC_NSPECS(k_odd_bias), 29, odd_bias_rows);
-    spec_cases(o, r, "masked-row bias", k_masked_bias, KVC_NSPECS(k_masked_bias), 37, masked_bias);
+    if (o->paths != 2) /* (one-segment windows: the same kernels in either OpenCL mode) */
+        spec_cases(o, r, "masked-row bias", k_masked_bias, KVC_NSPECS(k_masked_bias), 37, masked_bias);
     if (o->large)
         spec_cases(o, r, "masked-row bias", k_masked_bias_large, KVC_NSPECS(k_masked_bias_large),
                    37 + KVC_NSPECS(k_masked_bias), masked_bias);

@@ -156,9 +156,10 @@ typedef struct kvc_conform_opts {
     int threads;          /* CPU under test: worker threads (the reference: all)    */
     const char *golden;   /* golden data folder (manifest + cases.tsv), or NULL     */
     int nrandom;          /* random shapes (the verify set), 0 = none               */
-    int paths;            /* 1: also the GPU-path shapes; 2: those of them the     */
-                          /* slice kernels do not take (C = 128 / 256 / 512, no     */
-                          /* overlap: the same kernels under either OpenCL mode)   */
+    int paths;            /* 1: also the GPU-path shapes; 2: only those whose      */
+                          /* OpenCL kernels differ between its two modes (not the   */
+                          /* slice kernels' C = 128 / 256 / 512 windows, the        */
+                          /* indexer's or the one-segment windows with a bias)      */
     FILE *log;            /* one line per case; NULL: failures only, to stderr      */
     int large;            /* 1: also the shapes of more outputs than the GPUs'      */
                           /* decode-sized kernels take (thousands: not for a        */
