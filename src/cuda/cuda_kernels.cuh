@@ -685,7 +685,9 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
 /* resident CTAs per SM a variant asks: EXACT with a bf16 state,
  * KVC_CUDA_SMALL_MINB16 (its raw rows leave room for more warps to hide the
  * exact exp's latency) */
-__host__ __device__ constexpr int small_minb(bool bf16) { return bf16 && !FASTNUM ? KVC_CUDA_SMALL_MINB16 : SMALL_MINB; }
+__host__ __device__ constexpr int small_minb(bool bf16) {
+    return bf16 && !FASTNUM ? KVC_CUDA_SMALL_MINB16 : SMALL_MINB;
+}
 
 /* A window's bf16 rows for one thread as loaded (a 4-byte pair of dims a
  * row and half), widened where they are used (seg_widen16): widened right

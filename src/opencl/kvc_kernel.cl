@@ -898,10 +898,11 @@ static inline void small_body(const kvc_shape *shp, const kvc_plan *plp, __globa
         L->r[q] = inf.r;
         L->p[q] = inf.p;
     }
+    const long C = sh.compress_ratio;
     if (bias) {
-        for (int x = q; x < plp->rows * 512; x += KVC_CL_WG) {
+        for (int x = q; x < plp->rows * 512; x += KVC_CL_WG) { /* copy row i: bias row i mod C, B half from C on */
             const int i = x >> 9;
-            sb[x] = bias[(i % sh.compress_ratio) * sh.score_bias_stride + (i >= sh.compress_ratio ? 512 : 0) + (x & 511)];
+            sb[x] = bias[(i % C) * sh.score_bias_stride + (i >= C ? 512 : 0) + (x & 511)];
         }
         for (int x = q; x < 512; x += KVC_CL_WG) sb[KVC_CL_BIAS_ZERO + x] = 0.0f;
     }
@@ -918,7 +919,7 @@ static inline void small_body(const kvc_shape *shp, const kvc_plan *plp, __globa
             if (bias && off >= 0) {
                 int vo, so;
                 const long pos = kvc_window_row(L->p[k], sh.compress_ratio, ovl, 512, i, &vo, &so);
-                L->boff[x] = 512 * (int)(pos % sh.compress_ratio + (so != kvc_score_delta(ovl, 512) ? sh.compress_ratio : 0));
+                L->boff[x] = 512 * (int)(pos % C + (so != kvc_score_delta(ovl, 512) ? C : 0)); /* its copy row */
             }
         }
         L->rowoff[x] = off;
