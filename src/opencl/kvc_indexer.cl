@@ -56,6 +56,20 @@ static inline void idx_widen(float *o) {
  * private memory: PoCL read zeros through a local pointer passed here.) */
 static inline void idx_load(__global const float *state, const long *ro, long sdelta, int l, int bf16, int vec,
                             float v[KVC_SEG][4], float s[KVC_SEG][4]) {
+    if (bf16 && vec) { /* 8-byte bf16 loads, each one shifted add from the work-item's bases (its 4 dims' bytes) */
+        __global const uchar *bv = (__global const uchar *)state + 8 * l, *bs = bv + 2 * sdelta;
+        for (int i = 0; i < KVC_SEG; i++) {
+            const long off2 = 2 * ro[i];
+            uint2 a = (uint2)(0u, 0u), b = (uint2)(0xFF80FF80u, 0xFF80FF80u); /* masked: 0 and -Inf pairs */
+            if (off2 >= 0) {
+                a = *(__global const uint2 *)(bv + off2);
+                b = *(__global const uint2 *)(bs + off2);
+            }
+            v[i][0] = as_float(a.x), v[i][1] = as_float(a.y);
+            s[i][0] = as_float(b.x), s[i][1] = as_float(b.y);
+        }
+        return;
+    }
     for (int i = 0; i < KVC_SEG; i++) {
         const long off = ro[i];
         if (off >= 0) {
