@@ -268,13 +268,20 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_bf16_slice(KV
     slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0, 1, 0);
 }
 
-/* A score bias (SPEC 10), either state, any token stride. */
+/* A score bias (SPEC 10), any token stride: a float32 state, a bf16 state
+ * (the state a literal in each: one load path compiled a kernel). */
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_bias_slice(KVC_CL_KERNEL_ARGS,
                                                                             __global const float *bias) {
     __local kvc_slice_local L;
     zero_status(st, &pl);
-    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0, (int)sh.state_bf16,
-               bias);
+    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0, 0, bias);
+}
+
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void kvc_bf16_bias_slice(KVC_CL_KERNEL_ARGS,
+                                                                                 __global const float *bias) {
+    __local kvc_slice_local L;
+    zero_status(st, &pl);
+    slice_body(&sh, &pl, state, t2r, positions, slots, bidx, table, chunk_states, tickets, &L, 0, 1, bias);
 }
 
 /* A chunk state's dims 2q, 2q + 1. */

@@ -53,7 +53,8 @@ enum {
     K_SLICE,       /* C = 128 / 256 / 512 (kvc_slice.cl): any token stride            */
     K_SLICE_DENSE, /* the same, token stride 1024                                     */
     K_BF16_SLICE,  /* C = 128 / 256 / 512 with a bf16 state: any token stride         */
-    K_BIAS_SLICE,  /* the same with a score bias, either state                        */
+    K_BIAS_SLICE,  /* the same with a score bias, a float32 state                     */
+    K_BF16_BIAS_SLICE, /* ... a score bias and a bf16 state                           */
     K_FINISH,      /* after the slice kernel: one group per output                    */
     K_GENERAL,     /* kvc_general.h: other head width 128, bf16 state or bias calls   */
     K_INDEXER,     /* head width 128, windows of one segment                          */
@@ -62,7 +63,8 @@ enum {
 static const char *const kKernelNames[K_COUNT] = {
     "kvc_compress_kernel", "kvc_compress_small",   "kvc_small_bf16", "kvc_small_bias",
     "kvc_compress_wide",   "kvc_slice",            "kvc_slice_dense",      "kvc_bf16_slice",
-    "kvc_bias_slice",      "kvc_slice_finish",     "kvc_compress_general", "kvc_compress_indexer"};
+    "kvc_bias_slice",      "kvc_bf16_bias_slice",  "kvc_slice_finish",     "kvc_compress_general",
+    "kvc_compress_indexer"};
 
 typedef struct cl_entry {
     kvc_reg_entry reg; /* key (context, device); first member          */
@@ -183,10 +185,11 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         bin = kvc_ptx_minb(bin, "kvc_slice_dense", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_minb(bin, "kvc_bf16_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_minb(bin, "kvc_bias_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
+        bin = kvc_ptx_minb(bin, "kvc_bf16_bias_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice_dense", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_bf16_slice", KVC_PTX_LD_U32, &done);
-        bin = kvc_ptx_streaming(bin, "kvc_bias_slice", KVC_PTX_LD_U32, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_bf16_bias_slice", KVC_PTX_LD_U32, &done);
         bin = kvc_ptx_minb(bin, "kvc_compress_indexer", KVC_OPENCL_IDX_SLOTS, &done);
         /* (the indexer's state rows only: its bias and cos / sin loads are scalar) */
         bin = kvc_ptx_streaming(bin, "kvc_compress_indexer", KVC_PTX_LD_V4F32 | KVC_PTX_LD_V2U32, &done);
@@ -597,8 +600,11 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     call_bufs(a, status, states, tickets, bufs);
     if (slice) {
         const int dense = !bf16 && a->state_stride_token == 1024;
-        st = enqueue(q, ent->k[bias ? K_BIAS_SLICE : bf16 ? K_BF16_SLICE : dense ? K_SLICE_DENSE : K_SLICE], &sh, &pl,
-                     bufs, bias ? 13 : 12, pl.groups, 256);
+        const int k = bias ? (bf16 ? K_BF16_BIAS_SLICE : K_BIAS_SLICE)
+                           : bf16 ? K_BF16_SLICE
+                           : dense ? K_SLICE_DENSE
+                                   : K_SLICE;
+        st = enqueue(q, ent->k[k], &sh, &pl, bufs, bias ? 13 : 12, pl.groups, 256);
         return st == KVC_OK ? enqueue(q, ent->k[K_FINISH], &sh, &pl, bufs, 12, a->num_outputs, 128) : st;
     }
     cl_kernel k = ent->k[pl.small_k ? K_SMALL : wide ? K_WIDE : K_MAIN];
