@@ -516,7 +516,7 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     pl.out_base = out_base;
     pl.keep_status = keep;
     /* head width 512 with a bf16 state or a score bias in windows the slice
-     * kernels take (below): kvc_bf16_slice, kvc_bias_slice */
+     * kernels take (below): kvc_bf16_slice, kvc_bias_slice, kvc_bf16_bias_slice */
     const int bf16 = a->state_dtype == KVC_STATE_BFLOAT16, bias = a->score_bias != NULL;
     if (general && a->head_dim == KVC_HEAD_DIM && kvc_plan_slice(a, &pl, 1)) general = 0;
     if (indexer || general) {
