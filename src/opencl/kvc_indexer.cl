@@ -22,21 +22,16 @@
 #define KVC_CL_IDX_K 96 /* outputs per work-group at most: the host passes KVC_OPENCL_IDX_K */
 #endif
 
-/* Row half at element offset off, dims 4l .. 4l + 3: binary32, or bf16 as
- * loaded (o[0], o[1]: the bits of dims 4l, 4l + 1 and 4l + 2, 4l + 3,
- * widened by idx_widen where they are used: a widening right after the
- * load would stall the work-item on it); vec: every row offset a multiple
- * of 4 elements (buffers start aligned). */
-static inline void idx_ld4(__global const float *state, long off, int l, int bf16, int vec, float *o) {
+/* Row half at element offset off, dims 4l .. 4l + 3, element by element
+ * (rows not 4-element aligned; idx_load's vec forms take the others):
+ * binary32, or bf16 as loaded (o[0], o[1]: the bits of dims 4l, 4l + 1 and
+ * 4l + 2, 4l + 3, widened by idx_widen where they are used: a widening
+ * right after the load would stall the work-item on it). */
+static inline void idx_ld4(__global const float *state, long off, int l, int bf16, float *o) {
     if (bf16) {
         __global const ushort *b = (__global const ushort *)state + off + 4 * l;
-        const uint2 u = vec ? *(__global const uint2 *)b
-                            : (uint2)(b[0] | (uint)b[1] << 16, b[2] | (uint)b[3] << 16);
-        o[0] = as_float(u.x);
-        o[1] = as_float(u.y);
-    } else if (vec) {
-        const float4 f = ((__global const float4 *)(state + off))[l];
-        o[0] = f.x, o[1] = f.y, o[2] = f.z, o[3] = f.w;
+        o[0] = as_float(b[0] | (uint)b[1] << 16);
+        o[1] = as_float(b[2] | (uint)b[3] << 16);
     } else {
         for (int j = 0; j < 4; j++) o[j] = state[off + 4 * l + j];
     }
@@ -52,11 +47,14 @@ static inline void idx_widen(float *o) {
 }
 
 /* A window's rows at row offsets ro[i] (< 0: masked, value 0 and score -Inf;
- * so are the rows past a window of fewer than 8).  (The offsets come in
- * private memory: PoCL read zeros through a local pointer passed here.) */
+ * so are the rows past a window of fewer than 8).  vec (every row offset a
+ * multiple of 4 elements, buffers aligned): one 16-byte load a row half
+ * (bf16: 8 bytes), each one shifted add from the work-item's bases (its 4
+ * dims' bytes).  (The offsets come in private memory: PoCL read zeros
+ * through a local pointer passed here.) */
 static inline void idx_load(__global const float *state, const long *ro, long sdelta, int l, int bf16, int vec,
                             float v[KVC_SEG][4], float s[KVC_SEG][4]) {
-    if (bf16 && vec) { /* 8-byte bf16 loads, each one shifted add from the work-item's bases (its 4 dims' bytes) */
+    if (vec && bf16) {
         __global const uchar *bv = (__global const uchar *)state + 8 * l, *bs = bv + 2 * sdelta;
         for (int i = 0; i < KVC_SEG; i++) {
             const long off2 = 2 * ro[i];
@@ -68,18 +66,30 @@ static inline void idx_load(__global const float *state, const long *ro, long sd
             v[i][0] = as_float(a.x), v[i][1] = as_float(a.y);
             s[i][0] = as_float(b.x), s[i][1] = as_float(b.y);
         }
-        return;
-    }
-    for (int i = 0; i < KVC_SEG; i++) {
-        const long off = ro[i];
-        if (off >= 0) {
-            idx_ld4(state, off, l, bf16, vec, v[i]);
-            idx_ld4(state, off + sdelta, l, bf16, vec, s[i]);
-        } else if (bf16) { /* 0 and -Inf as bf16 pairs */
-            v[i][0] = v[i][1] = as_float(0u);
-            s[i][0] = s[i][1] = as_float(0xFF80FF80u);
-        } else {
-            for (int j = 0; j < 4; j++) v[i][j] = 0.0f, s[i][j] = KVC_NEG_INF;
+    } else if (vec) {
+        __global const uchar *bv = (__global const uchar *)state + 16 * l, *bs = bv + 4 * sdelta;
+        for (int i = 0; i < KVC_SEG; i++) {
+            const long off4 = 4 * ro[i];
+            float4 a = (float4)(0.0f), b = (float4)(KVC_NEG_INF); /* masked: 0 and -Inf */
+            if (off4 >= 0) {
+                a = *(__global const float4 *)(bv + off4);
+                b = *(__global const float4 *)(bs + off4);
+            }
+            v[i][0] = a.x, v[i][1] = a.y, v[i][2] = a.z, v[i][3] = a.w;
+            s[i][0] = b.x, s[i][1] = b.y, s[i][2] = b.z, s[i][3] = b.w;
+        }
+    } else {
+        for (int i = 0; i < KVC_SEG; i++) {
+            const long off = ro[i];
+            if (off >= 0) {
+                idx_ld4(state, off, l, bf16, v[i]);
+                idx_ld4(state, off + sdelta, l, bf16, s[i]);
+            } else if (bf16) { /* 0 and -Inf as bf16 pairs */
+                v[i][0] = v[i][1] = as_float(0u);
+                s[i][0] = s[i][1] = as_float(0xFF80FF80u);
+            } else {
+                for (int j = 0; j < 4; j++) v[i][j] = 0.0f, s[i][j] = KVC_NEG_INF;
+            }
         }
     }
 }
