@@ -185,7 +185,7 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         bin = kvc_ptx_minb(bin, "kvc_slice_dense", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_minb(bin, "kvc_bf16_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
         bin = kvc_ptx_minb(bin, "kvc_bias_slice", KVC_OPENCL_NV_MINB_BIAS_SLICE, &done);
-        bin = kvc_ptx_minb(bin, "kvc_bf16_bias_slice", KVC_OPENCL_NV_MINB_BIAS_SLICE, &done);
+        bin = kvc_ptx_minb(bin, "kvc_bf16_bias_slice", KVC_OPENCL_NV_MINB_BF16_BIAS_SLICE, &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_slice_dense", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_bf16_slice", KVC_PTX_LD_U32, &done);

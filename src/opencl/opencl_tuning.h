@@ -28,9 +28,11 @@
 /* NVIDIA: .minnctapersm for the slice kernels (4 groups of 256 per SM:
  * <= 64 registers; 3 was 8% slower at 131k tokens) */
 #define KVC_OPENCL_NV_MINB_SLICE 4
-/* ... for the score-bias slice kernels: 3 groups (<= 80 registers; at 4
- * they ran 25% slower with a float32 state, 12% with bf16) */
-#define KVC_OPENCL_NV_MINB_BIAS_SLICE 3
+/* ... for the score-bias slice kernels: with a float32 state 2 groups
+ * (<= 128 registers; at 3 they ran 5% slower, at 4 43%), bf16 3 (<= 80;
+ * at 2 or as built 12% slower, at 4 14%) */
+#define KVC_OPENCL_NV_MINB_BIAS_SLICE 2
+#define KVC_OPENCL_NV_MINB_BF16_BIAS_SLICE 3
 /* indexer kernel: outputs per work-group at most (KVC_CL_IDX_K) and groups
  * per compute unit the waves are balanced for, on NVIDIA held resident by
  * .minnctapersm (<= 128 registers; the one-segment kernel's 3 groups of
