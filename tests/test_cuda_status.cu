@@ -8,8 +8,9 @@
  *     recorded an index error (the next call's word is clean);
  *   - over three replays of a captured CUDA graph;
  * for calls of one output and of many (with a padding output), either head
- * width, and kvc_compress_many's fused launch.  Every call's bytes equal
- * the CPU backend's.
+ * width, the indexer kernel (8192 outputs: more than one wave of the
+ * decode kernel's CTAs), and kvc_compress_many's fused launch.  Every
+ * call's bytes equal the CPU backend's.
  * Usage: test_cuda_status; exit 0 pass, 1 fail, 77 no CUDA device.
  */
 #include "cuda_case.cuh"
@@ -224,6 +225,8 @@ int main(void) {
     static const char *const one_idx[] = {"reqs=1,tokens=4,C=4,block=4,overlap=1,format=indexer_fp8,seed=5"};
     static const char *const many_idx[] = {
         "reqs=300,tokens=2400,C=4,block=8,overlap=1,format=indexer_mxfp4,layout=shuffle,seed=6"};
+    static const char *const big_idx[] = {
+        "reqs=4,tokens=32768,C=4,block=4,overlap=1,format=indexer_fp8,layout=shuffle,seed=10"};
     static const char *const c8[] = {"reqs=64,tokens=1024,C=8,block=16,layout=shuffle,seed=7"};
     static const char *const layer[] = {"reqs=40,tokens=320,C=4,block=4,overlap=1,layout=shuffle,seed=8",
                                         "reqs=40,tokens=320,C=4,block=4,overlap=1,format=indexer_fp8,seed=9"};
@@ -231,6 +234,7 @@ int main(void) {
     check_case("main C4, 96 x 3 outputs", many_main, 1);
     check_case("indexer C4, one output", one_idx, 1);
     check_case("indexer MXFP4 C4, 300 x 2 outputs", many_idx, 1);
+    check_case("indexer C4, 4 x 2048 outputs (the indexer kernel)", big_idx, 1);
     check_case("main C8, 64 x 2 outputs", c8, 1);
     check_case("kvc_compress_many: main and indexer C4, 40 x 2 outputs each", layer, 2);
     printf("%s (%d failures)\n", g_failures ? "FAILED" : "passed", g_failures);

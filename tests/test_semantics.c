@@ -350,14 +350,16 @@ static void shape_case(int64_t C, int64_t bs, int64_t S, int variant, uint64_t s
  * C = 128 / 256 run the slice kernels (one chunk per window, or two: chunk
  * states), C = 8 the one-segment-window kernel (several outputs per thread
  * block / work-group), idx (C = 4 with overlap, head width 128) the indexer
- * kernel (a warp per output, several outputs a thread block / work-group). */
+ * kernel (a warp per output, several outputs a thread block / work-group);
+ * idx = 2: 8192 outputs, more than one wave of CUDA's decode kernel (an
+ * output a CTA), so that CUDA runs its indexer kernel. */
 typedef kvc_status (*many_run_fn)(const kvc_args *, int, kvc_report *, kvc_device_status *);
 static int gen_err(kvc_case *c, int64_t C, int64_t bs, int idx) {
     if (!idx) return gen(c, 2, 2 * 1024, C, bs, 1, 31);
     char spec[160];
     snprintf(spec, sizeof spec,
-             "reqs=2,tokens=2048,C=%lld,block=%lld,overlap=1,format=indexer_fp8,layout=shuffle,seed=31",
-             (long long)C, (long long)bs);
+             "reqs=2,tokens=%d,C=%lld,block=%lld,overlap=1,format=indexer_fp8,layout=shuffle,seed=31",
+             idx == 2 ? 32768 : 2048, (long long)C, (long long)bs);
     return gen_spec(c, spec);
 }
 static void test_device_errors(many_run_fn device_run, int64_t C, int64_t bs, int many, int idx) {
@@ -518,6 +520,7 @@ int main(int argc, char **argv) {
         test_device_errors(device_run, 8, 8, many, 0);
         test_device_errors(device_run, 4, 8, many, 1);
         test_device_errors(device_run, 4, 1, many, 1); /* (every row of the window its own block) */
+        if (g_backend == KVC_BACKEND_CUDA) test_device_errors(device_run, 4, 8, many, 2);
     }
 #endif
     if (g_backend == KVC_BACKEND_CPU) test_many_cpu();
