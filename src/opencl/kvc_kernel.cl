@@ -816,11 +816,11 @@ __kernel __attribute__((reqd_work_group_size(2 * KVC_CL_WG, 1, 1))) void kvc_com
  * parallel (one work-item per row, each row's block checked), then the
  * outputs are reduced and finalised one after another, the next output's
  * loads in flight during the current one's finalisation.  Loop forms only
- * (PoCL: see KVC_CL_STRAIGHT).  Three kernels share the body: binary32
- * rows (kvc_compress_small), bf16 rows (kvc_small_bf16) and rows of
- * either with a score bias (kvc_small_bias, SPEC 10).  (No name begins
- * with another's: Oclgrind counts such a kernel's local memory as the
- * longer name's too.)
+ * (PoCL: see KVC_CL_STRAIGHT).  Four kernels share the body: binary32
+ * rows (kvc_compress_small), bf16 rows (kvc_small_bf16) and each with a
+ * score bias (kvc_small_bias, kvc_bf16_small_bias: SPEC 10), the dtype a
+ * literal in each.  (No name begins with another's: Oclgrind counts such a
+ * kernel's local memory as the longer name's too.)
  */
 #ifndef KVC_CL_SMALL_K
 #define KVC_CL_SMALL_K 32 /* outputs per work-group at most: the host passes KVC_OPENCL_SMALL_K */
@@ -985,7 +985,13 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_small_b
                                                                                            __global const float *bias) {
     __local small_lds L;
     __local float sb[KVC_CL_BIAS_ZERO + 512];
-    small_body(KVC_CL_SMALL_ARGS, bias, sb, (int)sh.state_bf16, &L);
+    small_body(KVC_CL_SMALL_ARGS, bias, sb, 0, &L);
+}
+__kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void
+kvc_bf16_small_bias(KVC_CL_KERNEL_ARGS, __global const float *bias) {
+    __local small_lds L;
+    __local float sb[KVC_CL_BIAS_ZERO + 512];
+    small_body(KVC_CL_SMALL_ARGS, bias, sb, 1, &L);
 }
 
 /* The general kernel (kvc_general.h): head width 128, a bf16 state or a

@@ -48,7 +48,8 @@ enum {
     K_MAIN,        /* the chunked kernel, 2 dims a work-item                          */
     K_SMALL,       /* one-segment windows: several outputs per group                  */
     K_SMALL_BF16,  /* the same, a bf16 state                                          */
-    K_SMALL_BIAS,  /* the same, a score bias (either state)                           */
+    K_SMALL_BIAS,  /* the same, a score bias, a float32 state                         */
+    K_SMALL_BF16_BIAS, /* ... a score bias and a bf16 state                           */
     K_WIDE,        /* 1 dim per work-item, 512 per group (GPU devices only, else NULL) */
     K_SLICE,       /* C = 128 / 256 / 512 (kvc_slice.cl): any token stride            */
     K_SLICE_DENSE, /* the same, token stride 1024                                     */
@@ -61,10 +62,10 @@ enum {
     K_COUNT
 };
 static const char *const kKernelNames[K_COUNT] = {
-    "kvc_compress_kernel", "kvc_compress_small",   "kvc_small_bf16", "kvc_small_bias",
-    "kvc_compress_wide",   "kvc_slice",            "kvc_slice_dense",      "kvc_bf16_slice",
-    "kvc_bias_slice",      "kvc_bf16_bias_slice",  "kvc_slice_finish",     "kvc_compress_general",
-    "kvc_compress_indexer"};
+    "kvc_compress_kernel", "kvc_compress_small",   "kvc_small_bf16",       "kvc_small_bias",
+    "kvc_bf16_small_bias", "kvc_compress_wide",    "kvc_slice",            "kvc_slice_dense",
+    "kvc_bf16_slice",      "kvc_bias_slice",       "kvc_bf16_bias_slice",  "kvc_slice_finish",
+    "kvc_compress_general", "kvc_compress_indexer"};
 
 typedef struct cl_entry {
     kvc_reg_entry reg; /* key (context, device); first member          */
@@ -174,11 +175,13 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         bin = kvc_ptx_minb(bin, "kvc_compress_small", KVC_OPENCL_SMALL_SLOTS, &done);
         bin = kvc_ptx_minb(bin, "kvc_small_bf16", KVC_OPENCL_SMALL_SLOTS, &done);
         bin = kvc_ptx_minb(bin, "kvc_small_bias", KVC_OPENCL_SMALL_SLOTS, &done);
+        bin = kvc_ptx_minb(bin, "kvc_bf16_small_bias", KVC_OPENCL_SMALL_SLOTS, &done);
         /* (their state rows: float pairs, or bf16 pairs as 32-bit words; their
          * tables are s32, their bias, cos / sin and scalar rows f32 or u16) */
         bin = kvc_ptx_streaming(bin, "kvc_compress_small", KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_small_bf16", KVC_PTX_LD_U32, &done);
-        bin = kvc_ptx_streaming(bin, "kvc_small_bias", KVC_PTX_LD_V2F32 | KVC_PTX_LD_U32, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_small_bias", KVC_PTX_LD_V2F32, &done);
+        bin = kvc_ptx_streaming(bin, "kvc_bf16_small_bias", KVC_PTX_LD_U32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_compress_kernel", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_compress_wide", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_minb(bin, "kvc_slice", KVC_OPENCL_NV_MINB_SLICE, &done);
@@ -534,8 +537,9 @@ static kvc_status enqueue_call(const kvc_args *a, const kvc_exec *e, cl_command_
     /* the kernels below: 8-byte loads (bf16: 4-byte pairs) where the
      * buffers start aligned (offset 0) and both strides are even */
     pl.vec = a->state_stride_block % 2 == 0 && a->state_stride_token % 2 == 0;
-    if (general && pl.small_k && a->head_dim == KVC_HEAD_DIM) { /* kvc_small_bf16 / _bias */
-        return enqueue(q, ent->k[bias ? K_SMALL_BIAS : K_SMALL_BF16], &sh, &pl, bufs, bias ? 13 : 12, pl.groups, 256);
+    if (general && pl.small_k && a->head_dim == KVC_HEAD_DIM) { /* kvc_small_bf16 / _bias / _bf16_bias */
+        const int k = bias ? (bf16 ? K_SMALL_BF16_BIAS : K_SMALL_BIAS) : K_SMALL_BF16;
+        return enqueue(q, ent->k[k], &sh, &pl, bufs, bias ? 13 : 12, pl.groups, 256);
     }
     if (general) { /* kvc_general.h */
         /* 128 work-items an output at head width 128 (up to KVC_GEN_K_MAX
