@@ -193,6 +193,8 @@ static cl_program nv_tune(cl_context ctx, cl_device_id dev, cl_program prog) {
         bin = kvc_ptx_streaming(bin, "kvc_slice_dense", KVC_PTX_LD_F32 | KVC_PTX_LD_V2F32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_bf16_slice", KVC_PTX_LD_U32, &done);
         bin = kvc_ptx_streaming(bin, "kvc_bf16_bias_slice", KVC_PTX_LD_U32, &done);
+        /* (kvc_bias_slice: none; its float rows and its bias, which every
+         * output reads again, load in the same float pairs) */
         bin = kvc_ptx_minb(bin, "kvc_compress_indexer", KVC_OPENCL_IDX_SLOTS, &done);
         /* (the indexer's state rows only: its bias and cos / sin loads are scalar) */
         bin = kvc_ptx_streaming(bin, "kvc_compress_indexer", KVC_PTX_LD_V4F32 | KVC_PTX_LD_V2U32, &done);
