@@ -301,13 +301,11 @@ static const char *const k_masked_bias_large[] = {
     "reqs=2,tokens=16000,C=4,block=4,overlap=1,format=indexer_mxfp4,rotate=1,bias=1,state=bf16,layout=contig",
 };
 
-/* Indexer calls whose outputs 1, 6, 11, .. are padding, so that in every
- * GPU work-group or CTA some of the first round's outputs are dead and a
- * slot's or warp's first output is not the first live one (the indexer
- * kernels load their first outputs' rows before the live ones are known):
- * OpenCL's work-groups and, past a wave of the CUDA decode-sized kernel,
- * the CUDA indexer kernel (float32, claimed outputs; bf16 EXACT, every
- * eighth). */
+/* Indexer calls whose outputs 1, 6, 11, .. are padding: in every GPU
+ * work-group or CTA some of the first round's outputs are dead, so a
+ * slot's or warp's first output is not its first live one -- OpenCL's
+ * work-groups and, past a wave of the CUDA decode-sized kernel, the CUDA
+ * indexer kernel (float32: outputs claimed; bf16 EXACT: every eighth). */
 static const char *const k_dead_outputs[] = {
     "reqs=3,tokens=777,C=4,block=4,overlap=1,format=indexer_fp8,layout=shuffle",
     "reqs=3,tokens=777,C=4,block=4,overlap=1,format=indexer_mxfp4,rotate=1,state=bf16,bias=1,layout=contig",
@@ -480,7 +478,7 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
         spec_cases(o, r, "masked-row bias", k_masked_bias_large, KVC_NSPECS(k_masked_bias_large),
                    37 + KVC_NSPECS(k_masked_bias), masked_bias);
     if (o->large) /* (four calls of 194 and 4000 outputs: too slow under a simulator) */
-        spec_cases(o, r, "dead outputs", k_dead_outputs, KVC_NSPECS(k_dead_outputs), 41, dead_outputs);
+        spec_cases(o, r, "dead outputs", k_dead_outputs, KVC_NSPECS(k_dead_outputs), 47, dead_outputs);
     for (int i = 0; i < (int)(sizeof k_many / sizeof k_many[0]); i++) {
         kvc_case cs[3], *cp[3];
         int n = 0, bad = 0;
