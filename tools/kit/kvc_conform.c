@@ -477,7 +477,7 @@ int kvc_kit_conform(const kvc_conform_opts *o, kvc_conform_result *r) {
     if (o->large)
         spec_cases(o, r, "masked-row bias", k_masked_bias_large, KVC_NSPECS(k_masked_bias_large),
                    37 + KVC_NSPECS(k_masked_bias), masked_bias);
-    if (o->large) /* (four calls of 194 and 4000 outputs: too slow under a simulator) */
+    if (o->large) /* (calls of 192 and 4000 outputs: too slow under a simulator) */
         spec_cases(o, r, "dead outputs", k_dead_outputs, KVC_NSPECS(k_dead_outputs), 47, dead_outputs);
     for (int i = 0; i < (int)(sizeof k_many / sizeof k_many[0]); i++) {
         kvc_case cs[3], *cp[3];
