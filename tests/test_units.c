@@ -244,6 +244,50 @@ static int e2m1_ref(float v) {
     }
     return (signbit(v) ? 8 : 0) | best;
 }
+
+/* kvc_case_generate's state cache equals SPEC 5's definition element by
+ * element: element n (column n % width) is ldexpf(kvc_rand_f32(seed, 0, n),
+ * the column's shift), rounded once; shifts whose results are normal,
+ * subnormal (2^shift itself normal or subnormal), overflowing and past
+ * binary32 either way, on 1 and 3 threads (the threads' ranges start
+ * mid-row). */
+static void test_generator_state(void) {
+    kvc_case_params p;
+    memset(&p, 0, sizeof p);
+    p.num_reqs = 1, p.total_tokens = 64, p.compress_ratio = 4, p.block_size = 4, p.seed = 11;
+    p.overlap = KVC_OVERLAP_ON, p.head_dim = 128, p.nope_format = KVC_INDEXER_FP8;
+    const int shifts[][3] = {{0, 8, -140}, {8, 16, -126}, {16, 24, -149}, {24, 32, -150}, {32, 40, 127},
+                             {40, 48, 128},  {48, 56, -200}, {56, 64, 300}};
+    p.num_value_shifts = (int)(sizeof shifts / sizeof shifts[0]);
+    for (int k = 0; k < p.num_value_shifts; k++) {
+        p.value_shifts[k].lo = shifts[k][0], p.value_shifts[k].hi = shifts[k][1];
+        p.value_shifts[k].shift = shifts[k][2];
+    }
+    p.score_shift = -130;
+    for (int threads = 1; threads <= 3; threads += 2) {
+        kvc_case c;
+        const kvc_status st = kvc_case_generate(&p, threads, &c);
+        TU_CHECK(st == KVC_OK, "generate: %s", kvc_last_error_message());
+        if (st != KVC_OK) return;
+        const int64_t width = c.args.state_width, half = width / 2;
+        size_t bad = 0, first = 0;
+        for (size_t n = 0; n < c.state_elems; n++) {
+            const int64_t col = (int64_t)(n % (size_t)width);
+            int sh = p.score_shift;
+            if (col < half) {
+                sh = 0;
+                for (int k = 0; k < p.num_value_shifts; k++)
+                    if (col % 128 >= shifts[k][0] && col % 128 < shifts[k][1]) sh = shifts[k][2];
+            }
+            const float want = ldexpf(kvc_rand_f32(p.seed, 0, n), sh);
+            if (memcmp(&want, &c.state_cache[n], 4) != 0 && !bad++) first = n;
+        }
+        TU_CHECK(bad == 0, "generated state, %d threads: %zu of %zu elements differ from ldexpf(kvc_rand_f32), "
+                 "first %zu", threads, bad, c.state_elems, first);
+        kvc_case_free(&c);
+    }
+}
+
 static void test_e2m1(void) {
     int64_t bad = 0, n = 0;
     for (uint32_t u = 0; u < 0x41000000u; u += 128) { /* |v| < 8 */
@@ -362,6 +406,7 @@ int main(int argc, char **argv) {
     test_plan();
     test_avx2_offsets();
     test_row_lookup();
+    test_generator_state();
     test_e2m1();
     if (argc > 1) test_indexer_conformance(argv[1]);
 

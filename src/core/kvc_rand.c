@@ -13,29 +13,46 @@
 #include "kvc_internal.h"
 #include "kvcompress_rand.h"
 
-uint64_t kvc_rand_splitmix64(uint64_t x) {
+/* splitmix64's output function; the exported kvc_rand_splitmix64 is this,
+ * and the generator's loops call it here, where it inlines (the exported
+ * symbol can be interposed, so a shared library's calls to it cannot). */
+static inline uint64_t mix64(uint64_t x) {
     uint64_t z = x + UINT64_C(0x9E3779B97F4A7C15);
     z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
     z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
     return z ^ (z >> 31);
 }
+uint64_t kvc_rand_splitmix64(uint64_t x) { return mix64(x); }
 
 static uint64_t rand_base(uint64_t seed, uint64_t stream) {
-    return kvc_rand_splitmix64(seed ^ (stream * UINT64_C(0xD1B54A32D192ED03)));
+    return mix64(seed ^ (stream * UINT64_C(0xD1B54A32D192ED03)));
 }
 
-uint64_t kvc_rand_u64(uint64_t seed, uint64_t stream, uint64_t i) {
-    return kvc_rand_splitmix64(rand_base(seed, stream) + i);
-}
+uint64_t kvc_rand_u64(uint64_t seed, uint64_t stream, uint64_t i) { return mix64(rand_base(seed, stream) + i); }
 
 static float f32_of(uint64_t u) { return (float)((int64_t)(u >> 40) - 8388608) * 0x1p-21f; }
 
 float kvc_rand_f32(uint64_t seed, uint64_t stream, uint64_t i) { return f32_of(kvc_rand_u64(seed, stream, i)); }
 
+/* Elements [0, n) of stream `stream` as kvc_rand_f32 gives them, times
+ * `scale` (a power of two: exact). */
+static void fill_f32(float *out, int64_t n, uint64_t seed, uint64_t stream, float scale) {
+    const uint64_t base = rand_base(seed, stream);
+    for (int64_t i = 0; i < n; i++) out[i] = f32_of(mix64(base + (uint64_t)i)) * scale;
+}
+
 uint64_t kvc_rand_checksum(const void *data, size_t bytes) {
     const unsigned char *p = data;
     uint64_t sum = 0;
-    for (size_t i = 0; i < bytes; i += 8) {
+    size_t i = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; i + 8 <= bytes; i += 8) { /* a little-endian word is its bytes as loaded */
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        sum += w;
+    }
+#endif
+    for (; i < bytes; i += 8) {
         uint64_t w = 0;
         for (size_t k = 0; k < 8 && i + k < bytes; k++) w |= (uint64_t)p[i + k] << (8 * k);
         sum += w;
@@ -72,23 +89,36 @@ typedef struct {
     const kvc_case_params *p;
     float *state;
     size_t begin, end;
-    int64_t width, D;
-    int shifts[512];      /* value exponent shift by column within a D-float value half */
-    int score_shift;
+    int64_t width;
+    int16_t shift[2048];  /* exponent shift by column of a row (values: by dim; scores: score_shift) */
 } fill_job;
+
+/* f * 2^sh rounded once, as ldexpf: one multiply where 2^sh is a binary32
+ * (-149 <= sh <= 127: the product is exact, or the correctly rounded
+ * subnormal, zero or Inf), ldexpf past that. */
+static float times_pow2(float f, int sh) {
+    if (sh < -149 || sh > 127) return ldexpf(f, sh);
+    uint32_t bits = sh >= -126 ? (uint32_t)(sh + 127) << 23 : UINT32_C(1) << (sh + 149);
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return f * scale;
+}
 
 static void *fill_state(void *arg) {
     const fill_job *j = arg;
     const uint64_t base = rand_base(j->p->seed, 0);
-    const size_t half = (size_t)j->width / 2;
-    for (size_t n = j->begin; n < j->end; n++) {
-        float f = f32_of(kvc_rand_splitmix64(base + n));
-        size_t col = n % (size_t)j->width;
-        /* times 2^shift, rounded once (ldexpf): exact, or the correctly
-         * rounded subnormal / zero / Inf where 2^shift is past binary32 */
-        const int sh = col >= half ? j->score_shift : j->shifts[col % (size_t)j->D];
-        if (sh) f = ldexpf(f, sh);
-        j->state[n] = f;
+    const size_t width = (size_t)j->width;
+    /* element n is column n % width of its row: walked row by row */
+    size_t n = j->begin, col = n % width;
+    while (n < j->end) {
+        const size_t stop = n + (width - col) < j->end ? n + (width - col) : j->end;
+        for (; n < stop; n++, col++) {
+            /* times 2^shift, rounded once: exact, or the correctly rounded
+             * subnormal / zero / Inf where 2^shift is past binary32 */
+            const float f = f32_of(mix64(base + n));
+            j->state[n] = j->shift[col] ? times_pow2(f, j->shift[col]) : f;
+        }
+        col = 0;
     }
     return NULL;
 }
@@ -238,14 +268,14 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
         j->p = p;
         j->state = out->state_cache;
         j->width = width;
-        j->D = d.D;
         j->begin = out->state_elems * (size_t)t / (size_t)nt;
         j->end = out->state_elems * (size_t)(t + 1) / (size_t)nt;
-        j->score_shift = p->score_shift;
-        for (int d = 0; d < 512; d++) j->shifts[d] = 0;
+        int shifts[512] = {0}; /* by value dim */
         for (int k = 0; k < p->num_value_shifts; k++)
             for (int64_t dd = p->value_shifts[k].lo; dd < p->value_shifts[k].hi && dd < d.D; dd++)
-                if (dd >= 0) j->shifts[dd] = p->value_shifts[k].shift;
+                if (dd >= 0) shifts[dd] = p->value_shifts[k].shift;
+        for (int64_t col = 0; col < width; col++)
+            j->shift[col] = (int16_t)(col >= width / 2 ? p->score_shift : shifts[col % d.D]);
     }
     int started = 0;
     for (; started < nt - 1; started++)
@@ -271,7 +301,7 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
     free(perm);
     for (int d = 0; d < 512; d++)
         out->rms_norm_weight[d] = kvc_bf16_bits(1.0f + kvc_rand_f32(p->seed, 2, (uint64_t)d) * 0x1p-4f);
-    for (int64_t n = 0; n < max_pos * 64; n++) out->cos_sin_cache[n] = kvc_rand_f32(p->seed, 3, (uint64_t)n) * 0.25f;
+    fill_f32(out->cos_sin_cache, max_pos * 64, p->seed, 3, 0.25f);
 
     int64_t o = 0;
     for (int64_t r = 0; r < R; r++)
@@ -298,8 +328,7 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
     }
     /* SPEC 10: a bf16 state is bf16_rne of the binary32 one, poison included */
     for (size_t i = 0; bf16 && i < out->state_elems; i++) out->state_bf16[i] = kvc_bf16_bits(out->state_cache[i]);
-    for (int64_t n = 0; p->score_bias && n < C * (width / 2); n++)
-        out->score_bias[n] = kvc_rand_f32(p->seed, 4, (uint64_t)n) * 0.5f;
+    if (p->score_bias) fill_f32(out->score_bias, C * (width / 2), p->seed, 4, 0.5f);
 
     kvc_args *a = &out->args;
     kvc_args_init(a);
