@@ -3,7 +3,8 @@
  * generator check values (SPEC 5), kexp properties and accuracy, bf16 RNE,
  * exact ceil-log2 against log2 in double, e4m3 encoding against the
  * reference's fp8_probe bytes, the tree split rule.
- * usage: test_units GOLDEN_DIR
+ * usage: test_units GOLDEN_DIR, or test_units exp_all (the SIMD exps and
+ * the quotient exponents on every argument, nothing else)
  */
 #include <math.h>
 #include <stdio.h>
@@ -367,8 +368,42 @@ static void test_indexer_conformance(const char *golden) {
     }
 }
 
+/* The CPU backend's AVX-512F and AVX2 exps equal kvc_exp bit for bit:
+ * every stride-th of the 2^31 non-positive floats (-Inf and the negative
+ * NaNs among them), +0 and a NaN; and the FP8 and MXFP4 exponents without
+ * the divide: every stride-th float of each one's range (from its amax
+ * floor to FLT_MAX) and its last one, against ceil_log2 of the divide.
+ * (test units: stride 61; test cpu_exp_all, `test_units exp_all`: 1,
+ * every one, and nothing else.) */
+static void test_exp_forms(uint32_t stride) {
+    int64_t bad, bad8;
+    kvc_cpu_exp_mismatches(stride, &bad, &bad8);
+    if (bad < 0) printf("skip AVX-512F exp: no AVX-512F here\n");
+    else TU_CHECK(bad == 0, "AVX-512F exp: %lld of the sampled floats differ from kvc_exp", (long long)bad);
+    if (bad8 < 0) printf("skip AVX2 exp: no AVX2 and FMA here\n");
+    else TU_CHECK(bad8 == 0, "AVX2 exp: %lld of the sampled floats differ from kvc_exp", (long long)bad8);
+    const struct { float k, lo; } q[] = {{KVC_FP8_MAX, KVC_AMAX_FLOOR}, {6.0f, KVC_MX_AMAX_FLOOR}};
+    for (int i = 0; i < 2; i++) {
+        uint64_t wrong = 0, first = 0;
+        const uint64_t hi = 0x7F7FFFFFu;
+        for (uint64_t b = kvc_host_bits(q[i].lo);; b += stride) {
+            if (b > hi) b = hi;
+            const float a = fbits((uint32_t)b);
+            if (kvc_ceil_log2_quot(a, q[i].k) != kvc_ceil_log2(a / q[i].k) && !wrong++) first = b;
+            if (b == hi) break;
+        }
+        TU_CHECK(wrong == 0, "ceil_log2(a / %g) without the divide: %llu of the sampled floats differ, e.g. 0x%08llx",
+                 (double)q[i].k, (unsigned long long)wrong, (unsigned long long)first);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
+    if (!strcmp(argv[1], "exp_all")) { /* test cpu_exp_all */
+        test_exp_forms(1);
+        printf("%s (%d failures)\n", tu_failures ? "FAILED" : "passed", tu_failures);
+        return tu_failures ? 1 : 0;
+    }
     /* SPEC 5 check values */
     const uint64_t u_expect[3] = {0x5e41ab087439611eull, 0x86d6fd953217ae03ull, 0xbcd9dbb49673066bull};
     for (int i = 0; i < 3; i++)
@@ -410,37 +445,7 @@ int main(int argc, char **argv) {
     test_e2m1();
     if (argc > 1) test_indexer_conformance(argv[1]);
 
-    /* the CPU backend's AVX-512F exp equals kvc_exp bit for bit: every
-     * stride-th of the 2^31 non-positive floats (-Inf and the negative NaNs
-     * among them), +0 and a NaN; argument exp_stride=N, default 61 (the
-     * cpu_exp_all test: 1, every one) */
-    {
-        uint32_t stride = 61;
-        for (int i = 2; i < argc; i++)
-            if (!strncmp(argv[i], "exp_stride=", 11)) stride = (uint32_t)strtoul(argv[i] + 11, NULL, 10);
-        const int64_t bad = kvc_cpu_exp16_mismatches(stride);
-        if (bad < 0) printf("skip AVX-512F exp: no AVX-512F here\n");
-        else TU_CHECK(bad == 0, "AVX-512F exp: %lld of the sampled floats differ from kvc_exp", (long long)bad);
-        const int64_t bad8 = kvc_cpu_exp8_mismatches(stride);
-        if (bad8 < 0) printf("skip AVX2 exp: no AVX2 and FMA here\n");
-        else TU_CHECK(bad8 == 0, "AVX2 exp: %lld of the sampled floats differ from kvc_exp", (long long)bad8);
-        /* the FP8 and MXFP4 exponents without the divide: every stride-th
-         * float of each one's range (from its amax floor to FLT_MAX) and its
-         * last one, against ceil_log2 of the divide */
-        const struct { float k, lo; } q[] = {{KVC_FP8_MAX, KVC_AMAX_FLOOR}, {6.0f, KVC_MX_AMAX_FLOOR}};
-        for (int i = 0; i < 2; i++) {
-            uint64_t wrong = 0, first = 0;
-            const uint64_t hi = 0x7F7FFFFFu;
-            for (uint64_t b = kvc_host_bits(q[i].lo);; b += stride) {
-                if (b > hi) b = hi;
-                const float a = fbits((uint32_t)b);
-                if (kvc_ceil_log2_quot(a, q[i].k) != kvc_ceil_log2(a / q[i].k) && !wrong++) first = b;
-                if (b == hi) break;
-            }
-            TU_CHECK(wrong == 0, "ceil_log2(a / %g) without the divide: %llu of the sampled floats differ, e.g. 0x%08llx",
-                     (double)q[i].k, (unsigned long long)wrong, (unsigned long long)first);
-        }
-    }
+    test_exp_forms(61);
 
     /* the CPU backend's AVX-512F finaliser equals kvc_finalize_slot byte
      * for byte */

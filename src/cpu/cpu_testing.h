@@ -18,11 +18,11 @@ extern "C" {
  * (the widest the CPU has), _PORTABLE or _AVX2 (what a CPU with AVX2 and
  * FMA but no AVX-512F runs).  Set it only while no call runs. */
 KVC_HIDDEN void kvc_cpu_force_isa(int isa);
-/* The AVX-512F / AVX2 exp of the segment loops against kvc_exp on every
- * stride-th non-positive float (and -Inf, NaNs, +0): @return the number of
- * differing results, -1 where the CPU lacks the instructions. */
-KVC_HIDDEN int64_t kvc_cpu_exp16_mismatches(uint32_t stride);
-KVC_HIDDEN int64_t kvc_cpu_exp8_mismatches(uint32_t stride);
+/* The AVX-512F and AVX2 exps of the segment loops against kvc_exp on
+ * every stride-th non-positive float (and -Inf, NaNs, +0): *bad16, *bad8
+ * receive the number of differing results of each, -1 where the CPU lacks
+ * its instructions. */
+KVC_HIDDEN void kvc_cpu_exp_mismatches(uint32_t stride, int64_t *bad16, int64_t *bad8);
 /* The AVX-512F finaliser against kvc_finalize_slot (head_dim 512) or
  * kvc_finalize_indexer (128: both indexer formats, rotation on and off) on
  * `trials` random inputs from `seed` (both formats and cos/sin layouts,
