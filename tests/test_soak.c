@@ -46,7 +46,6 @@ int main(int argc, char **argv) {
     const long ncpu = argc > 1 ? atol(argv[1]) : 100000, nocl = argc > 2 ? atol(argv[2]) : 20000;
     kvc_case c;
     uint8_t *want = NULL;
-    char msg[256];
     /* C4 overlap FP8, 8 outputs: the smallest engine-shaped call */
     if (!tu_case_with_cpu("reqs=2,tokens=16,C=4,block=4,overlap=1,format=fp8", &c, &want)) return 1;
     const size_t n = (size_t)c.args.num_outputs * KVC_SLOT_BYTES;
@@ -71,6 +70,7 @@ int main(int argc, char **argv) {
     cl_command_queue q = (cl_command_queue)kvc_kit_opencl_queue();
     if (q && kvc_backend_available(KVC_BACKEND_OPENCL) && nocl > 0) {
         kvc_kit_dev_args x;
+        char msg[256];
         if (kvc_kit_upload(&kvc_kit_opencl_mem, &c.args, &x, msg, sizeof msg) != 0) {
             printf("FAIL upload: %s\n", msg);
             return 1;
