@@ -2,11 +2,13 @@
  * kvc_indexer.cl -- the indexer's compressor (SPEC 9: head width 128) for
  * windows of one segment (C <= 8, C <= 4 with overlap), the OpenCL form of
  * cuda_indexer.cuh.  A work-group of 256 work-items takes K = pl.small_k
- * outputs: their checks and rows resolved at once (as kvc_compress_small);
- * then, in rounds, its 8 slots of 32 work-items reduce and finalise 8
- * outputs at once, work-item l of a slot holding dims 4l .. 4l + 3 (one
- * 16-byte load per row half where rows allow it; 8 bytes for bf16), the
- * next round's loads in flight during this round's finalisation.
+ * outputs: their checks at once, then their rows (a work-item a row, as
+ * kvc_compress_small's), the first round's outputs' first, which their
+ * slots load while the others' are resolved; then, in rounds, its 8 slots
+ * of 32 work-items reduce and finalise 8 outputs at once, work-item l of
+ * a slot holding dims 4l .. 4l + 3 (one 16-byte load per row half where
+ * rows allow it; 8 bytes for bf16), the next round's loads in flight
+ * during this round's finalisation.
  *
  * The finaliser's exchanges go through local memory: a work-item reads its
  * slot's 32 partial values after one barrier and combines them in the
@@ -166,26 +168,49 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int rows = (int)pl.rows; /* <= 8 */
-    for (int x = q; x < kn * KVC_SEG; x += KVC_CL_WG) {
-        const int k = x / KVC_SEG, i = x % KVC_SEG;
-        long off = -1, bo = KVC_SEG * 128;
-        if (s_ok[k] && i < rows) {
-            int vo, so;
-            const long pos = kvc_window_row(s_p[k], sh.compress_ratio, ovl, 128, i, &vo, &so);
-            if (pos >= 0) {
-                const long blk = table[s_r[k] * sh.block_table_stride + kvc_udiv(pos, sh.block_size)];
-                if (blk < 0 || blk >= sh.num_blocks) {
-                    if (atomic_xchg(&s_bad[k], 1) == 0) s_badg[k] = blk;
-                } else {
-                    const long lb = kvc_udiv(pos, sh.block_size);
-                    off = blk * sh.state_stride_block + (pos - lb * sh.block_size) * sh.state_stride_token + vo;
-                    if (has_bias) bo = kvc_bias_offset(pos, sh.compress_ratio, bw, so, ovl, 128);
-                }
-            }
-        }
-        rowoff[x] = off;
-        bu[x] = (uchar)(bo / 128);
-    }
+    const int vec = (int)pl.vec;
+    const long sdelta = kvc_score_delta(ovl, 128);
+    float v[KVC_SEG][4], s[KVC_SEG][4];
+    long ro[KVC_SEG];
+#define KVC_CL_IDX_LOAD(k_)                                                 \
+    do {                                                                    \
+        for (int i = 0; i < KVC_SEG; i++) ro[i] = rowoff[KVC_SEG * (k_) + i]; \
+        idx_load(state, ro, sdelta, l, bf16, vec, v, s);                    \
+    } while (0)
+    /* their rows (a work-item a row): the first KVC_CL_IDX_SLOTS outputs',
+     * each then loaded by its slot (the first round's output where every
+     * output before it is live) while the others' rows are resolved and
+     * the live outputs listed */
+    const int kn0 = kn < KVC_CL_IDX_SLOTS ? kn : KVC_CL_IDX_SLOTS;
+    /* row x % 8 of output x / 8: its row offset (-1: masked) and bias unit;
+     * a block out of range flags the output, keeping its value (a macro:
+     * PoCL wrote nothing through local pointers passed to a function) */
+#define KVC_CL_IDX_ROW(x_)                                                                                        \
+    do {                                                                                                          \
+        const int k = (x_) / KVC_SEG, i = (x_) % KVC_SEG;                                                         \
+        long off = -1, bo = KVC_SEG * 128;                                                                        \
+        if (s_ok[k] && i < rows) {                                                                                \
+            int vo, so;                                                                                           \
+            const long pos = kvc_window_row(s_p[k], sh.compress_ratio, ovl, 128, i, &vo, &so);                   \
+            if (pos >= 0) {                                                                                       \
+                const long blk = table[s_r[k] * sh.block_table_stride + kvc_udiv(pos, sh.block_size)];          \
+                if (blk < 0 || blk >= sh.num_blocks) {                                                            \
+                    if (atomic_xchg(&s_bad[k], 1) == 0) s_badg[k] = blk;                                          \
+                } else {                                                                                          \
+                    const long lb = kvc_udiv(pos, sh.block_size);                                                 \
+                    off = blk * sh.state_stride_block + (pos - lb * sh.block_size) * sh.state_stride_token + vo; \
+                    if (has_bias) bo = kvc_bias_offset(pos, sh.compress_ratio, bw, so, ovl, 128);                 \
+                }                                                                                                 \
+            }                                                                                                     \
+        }                                                                                                         \
+        rowoff[x_] = off;                                                                                         \
+        bu[x_] = (uchar)(bo / 128);                                                                               \
+    } while (0)
+    for (int x = q; x < kn0 * KVC_SEG; x += KVC_CL_WG) KVC_CL_IDX_ROW(x);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (g < kn0 && s_ok[g] && !s_bad[g]) KVC_CL_IDX_LOAD(g);
+    for (int x = kn0 * KVC_SEG + q; x < kn * KVC_SEG; x += KVC_CL_WG) KVC_CL_IDX_ROW(x);
+#undef KVC_CL_IDX_ROW
     barrier(CLK_LOCAL_MEM_FENCE);
     if (q == 0) { /* the live outputs in order; the others with a bad block reported */
         int n = 0;
@@ -201,18 +226,10 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
         s_nlive = n;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    const int nlive = s_nlive, vec = (int)pl.vec, il = sh.cos_sin_layout == 1, fmt = (int)sh.nope_format;
-    const long sdelta = kvc_score_delta(ovl, 128);
+    const int nlive = s_nlive, il = sh.cos_sin_layout == 1, fmt = (int)sh.nope_format;
     float w[4];
     for (int j = 0; j < 4; j++) w[j] = kvc_bf16_to_f32(weight[4 * l + j]);
-    float v[KVC_SEG][4], s[KVC_SEG][4];
-    long ro[KVC_SEG];
-#define KVC_CL_IDX_LOAD(k_)                                                 \
-    do {                                                                    \
-        for (int i = 0; i < KVC_SEG; i++) ro[i] = rowoff[KVC_SEG * (k_) + i]; \
-        idx_load(state, ro, sdelta, l, bf16, vec, v, s);                    \
-    } while (0)
-    if (g < nlive) KVC_CL_IDX_LOAD(s_live[g]);
+    if (g < nlive && s_live[g] != g) KVC_CL_IDX_LOAD(s_live[g]);
     for (int r0 = 0; r0 < nlive; r0 += KVC_CL_IDX_SLOTS) { /* (the same count in every work-item) */
         const int on = r0 + g < nlive, k = on ? s_live[r0 + g] : 0;
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
