@@ -295,6 +295,18 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
         const float *b = a.score_bias + (4 * q / half) * a.score_bias_stride + 4 * q % half;
         bq = make_float4(__ldg(b), __ldg(b + 1), __ldg(b + 2), __ldg(b + 3));
     }
+    /* the index chain's second link into L2 while its first loads: the
+     * token, request and position of output o's boundary token on the guess
+     * of a dense prefill (token o C + C - 1, clamped into the arrays; a wrong
+     * guess costs a line) */
+    for (int k = q; k < kn; k += IDX_WARPS * 32) {
+        const long long nt = a.num_tokens, g = (o0 + k) * a.compress_ratio + a.compress_ratio - 1;
+        const long long b = g >= nt ? nt - 1 : g;
+        if (b < 0) break;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a.positions + b));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a.token_to_req + b));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a.kv_slot_mapping + b));
+    }
     for (int k = q; k < kn; k += IDX_WARPS * 32) { /* the outputs' checks: thread k, output k */
         kvc_out_info inf;
         const long long o = o0 + k;
