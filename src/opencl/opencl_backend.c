@@ -254,10 +254,9 @@ static kvc_status entry_make_locked(cl_context ctx, cl_device_id dev, cl_entry *
     snprintf(opts + strlen(opts), sizeof opts - strlen(opts),
              " -DKVC_CL_MAX_CH=%d -DKVC_CL_SMALL_K=%d -DKVC_CL_IDX_K=%d", KVC_OPENCL_MAX_CH, KVC_OPENCL_SMALL_K,
              KVC_OPENCL_IDX_K);
-#ifdef KVC_TEST_HOOKS /* (an option such as -cl-fast-relaxed-math would change the bytes) */
-    const char *extra = getenv("KVC_OPENCL_BUILD_OPTIONS");
-    if (extra && *extra) snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " %s", extra);
-#endif
+    /* KVC_OPENCL_OPT_DISABLE=1: -cl-opt-disable (tests: Oclgrind 21.10 cannot
+     * run its optimised builds); no other option reaches the compiler */
+    if (kvc_test_hook("KVC_OPENCL_OPT_DISABLE")) strcat(opts, " -cl-opt-disable");
     /* NVIDIA: the indexer kernel's exchanges as warp shuffles (inline PTX,
      * kvc_indexer.cl); a driver that rejects them builds the portable form */
     char vendor[64] = "";

@@ -3,7 +3,7 @@
 # (each name would, as a string or a symbol, where compiled in); the test
 # build of the library has them (so this check can fail).
 # cmake -DPRODUCT=lib1;lib2 -DTESTING=lib -P no_test_hooks.cmake
-set(_hooks KVC_OPENCL_TRUST_FP KVC_OPENCL_GPU_PATHS KVC_OPENCL_NO_WIDE KVC_OPENCL_BUILD_OPTIONS)
+set(_hooks KVC_OPENCL_TRUST_FP KVC_OPENCL_GPU_PATHS KVC_OPENCL_NO_WIDE KVC_OPENCL_OPT_DISABLE)
 set(_entry_points kvc_cpu_force_isa kvc_cpu_exp_mismatches kvc_cpu_finalize_mismatches)
 list(JOIN _hooks "|" _h)
 list(JOIN _entry_points "|" _e)
