@@ -90,7 +90,7 @@ typedef struct {
     float *state;
     size_t begin, end;
     int64_t width;
-    int16_t shift[2048];  /* exponent shift by column of a row (values: by dim; scores: score_shift) */
+    const int16_t *shift; /* [width]: exponent shift by column of a row (values: by dim; scores: score_shift) */
 } fill_job;
 
 /* f * 2^sh rounded once, as ldexpf: one multiply where 2^sh is a binary32
@@ -108,6 +108,8 @@ static void *fill_state(void *arg) {
     const fill_job *j = arg;
     const uint64_t base = rand_base(j->p->seed, 0);
     const size_t width = (size_t)j->width;
+    float *const state = j->state;
+    const int16_t *const shift = j->shift;
     /* element n is column n % width of its row: walked row by row */
     size_t n = j->begin, col = n % width;
     while (n < j->end) {
@@ -116,7 +118,7 @@ static void *fill_state(void *arg) {
             /* times 2^shift, rounded once: exact, or the correctly rounded
              * subnormal / zero / Inf where 2^shift is past binary32 */
             const float f = f32_of(mix64(base + n));
-            j->state[n] = j->shift[col] ? times_pow2(f, j->shift[col]) : f;
+            state[n] = shift[col] ? times_pow2(f, shift[col]) : f;
         }
         col = 0;
     }
@@ -261,6 +263,13 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
     /* state cache, in parallel chunks (values do not depend on the split) */
     int nt = threads > 0 ? threads : kvc_cpu_default_threads();
     if (nt > 64) nt = 64;
+    int shifts[512] = {0}; /* by value dim */
+    for (int k = 0; k < p->num_value_shifts; k++)
+        for (int64_t dd = p->value_shifts[k].lo; dd < p->value_shifts[k].hi && dd < d.D; dd++)
+            if (dd >= 0) shifts[dd] = p->value_shifts[k].shift;
+    int16_t shift[2048]; /* by column: width <= 4 x 512 */
+    for (int64_t col = 0; col < width; col++)
+        shift[col] = (int16_t)(col >= width / 2 ? p->score_shift : shifts[col % d.D]);
     fill_job jobs[64];
     pthread_t tids[64];
     for (int t = 0; t < nt; t++) {
@@ -270,12 +279,7 @@ kvc_status kvc_case_generate(const kvc_case_params *p, int threads, kvc_case *ou
         j->width = width;
         j->begin = out->state_elems * (size_t)t / (size_t)nt;
         j->end = out->state_elems * (size_t)(t + 1) / (size_t)nt;
-        int shifts[512] = {0}; /* by value dim */
-        for (int k = 0; k < p->num_value_shifts; k++)
-            for (int64_t dd = p->value_shifts[k].lo; dd < p->value_shifts[k].hi && dd < d.D; dd++)
-                if (dd >= 0) shifts[dd] = p->value_shifts[k].shift;
-        for (int64_t col = 0; col < width; col++)
-            j->shift[col] = (int16_t)(col >= width / 2 ? p->score_shift : shifts[col % d.D]);
+        j->shift = shift;
     }
     int started = 0;
     for (; started < nt - 1; started++)
