@@ -146,6 +146,23 @@ __kernel __attribute__((reqd_work_group_size(KVC_CL_WG, 1, 1))) void kvc_compres
     const long o0 = (long)get_group_id(0) * pl.small_k;
     const int kn = (int)(sh.num_outputs - o0 < pl.small_k ? sh.num_outputs - o0 : pl.small_k);
     const int ovl = sh.overlap != 0, bf16 = (int)sh.state_bf16;
+    if (q < kn) { /* the index chain's second link into L2 while the first loads (as cuda_indexer.cuh): the
+                   * position, request and slot of output o0 + q's boundary token on the guess of a dense
+                   * prefill, token o C + C - 1, clamped into the arrays (a wrong guess costs a line) */
+        const long gt = (o0 + q) * sh.compress_ratio + sh.compress_ratio - 1;
+        const long b = gt < sh.num_tokens ? gt : sh.num_tokens - 1;
+        if (b >= 0) {
+#ifdef KVC_CL_NV_SHFL
+            __asm__ volatile("prefetch.global.L2 [%0];" ::"l"(positions + b));
+            __asm__ volatile("prefetch.global.L2 [%0];" ::"l"(t2r + b));
+            __asm__ volatile("prefetch.global.L2 [%0];" ::"l"(slots + b));
+#else
+            prefetch(positions + b, 1);
+            prefetch(t2r + b, 1);
+            prefetch(slots + b, 1);
+#endif
+        }
+    }
     if (q < kn) { /* work-item q: output o0 + q's checks (it records its own error or padding) */
         kvc_out_info inf;
         const int ok = output_of(&sh, bidx, slots, t2r, positions, table, st, pl.out_base, o0 + q, 1, &inf);
