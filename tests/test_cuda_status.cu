@@ -1,16 +1,20 @@
 /*
  * test_cuda_status -- each call's device status word holds that call's
- * counts and error alone, on the decode kernels (cuda_decode.cuh: a call of
- * one output writes the word whole from the kernel, with no memset before
- * it; larger calls count into a word zeroed before the launch):
+ * counts and error alone, where no memset zeroes it before the launch (a
+ * call of one output: cuda_decode.cuh writes the word whole; the indexer,
+ * one-segment, decode and fused kernels: each CTA writes a record of its
+ * own, the word their header, status_of) and where one does (a caller's
+ * word; kvc_compress_many in two launches):
  *   - in a caller's word filled with garbage before the call;
  *   - in the library's word over back-to-back calls, and after a call that
  *     recorded an index error (the next call's word is clean);
- *   - over three replays of a captured CUDA graph;
+ *   - over three replays of a captured CUDA graph, the second with an
+ *     index error;
  * for calls of one output and of many (with a padding output), either head
  * width, the indexer kernel (8192 outputs: more than one wave of the
- * decode kernel's CTAs), and kvc_compress_many's fused launch.  Every
- * call's bytes equal the CPU backend's.
+ * decode kernel's CTAs), and kvc_compress_many's fused launch and two
+ * launches (an error in either set).  Every call's bytes equal the CPU
+ * backend's.
  * Usage: test_cuda_status; exit 0 pass, 1 fail, 77 no CUDA device.
  */
 #include "cuda_case.cuh"
@@ -69,6 +73,14 @@ static void expect(const char *name, const char *what, const kvc_device_status &
            ok ? "ok  " : "FAIL", name, what, s.status, s.check, (long long)s.output, (long long)s.value,
            (long long)s.outputs_written, (long long)s.outputs_padding, (long long)s.outputs_nonfinite,
            (long long)s.outputs_invalid, (long long)want.outputs_written, (long long)want.outputs_padding);
+    g_failures += !ok;
+}
+
+/* Status s records the index error of a block number `bad`. */
+static void expect_error(const char *name, const char *what, const kvc_device_status &s, int64_t bad) {
+    const int ok = s.status == KVC_ERROR_INDEX_OUT_OF_RANGE && s.value == bad && s.outputs_invalid >= 1;
+    printf("%s %s, %s: status %d value %lld invalid %lld\n", ok ? "ok  " : "FAIL", name, what, s.status,
+           (long long)s.value, (long long)s.outputs_invalid);
     g_failures += !ok;
 }
 
@@ -147,14 +159,24 @@ static void check_case(const char *name, const char *const *specs, int n) {
     TC_CHECK(cudaMemcpy(&saved, bt, 4, cudaMemcpyDeviceToHost));
     TC_CHECK(cudaMemcpy(bt, &bad, 4, cudaMemcpyHostToDevice));
     call(x, n, ex, 0x3C);
-    const kvc_device_status e = read_word(ex);
-    const int err_ok = e.status == KVC_ERROR_INDEX_OUT_OF_RANGE && e.value == bad && e.outputs_invalid >= 1;
-    printf("%s %s, a bad block: status %d value %lld invalid %lld\n", err_ok ? "ok  " : "FAIL", name, e.status,
-           (long long)e.value, (long long)e.outputs_invalid);
-    g_failures += !err_ok;
+    expect_error(name, "a bad block", read_word(ex), bad);
     TC_CHECK(cudaMemcpy(bt, &saved, 4, cudaMemcpyHostToDevice));
     run(x, n, ex);
     expect(name, "the call after an index error", read_word(ex), want, x, n, s);
+    /* ... in the last set of kvc_compress_many (the first set's word clean) */
+    int32_t *bt1 = bt, saved1 = 0;
+    if (n > 1) {
+        const kvc_case &h1 = x[n - 1].host;
+        const int64_t b1 = h1.boundary_token_indices[0];
+        bt1 = (int32_t *)x[n - 1].d.block_table + h1.token_to_req[b1] * h1.args.block_table_stride +
+              h1.positions[b1] / h1.args.block_size;
+        const int32_t bad1 = (int32_t)h1.args.num_blocks + 7; /* (its own tensors' block count) */
+        TC_CHECK(cudaMemcpy(&saved1, bt1, 4, cudaMemcpyDeviceToHost));
+        TC_CHECK(cudaMemcpy(bt1, &bad1, 4, cudaMemcpyHostToDevice));
+        call(x, n, ex, 0x3C);
+        expect_error(name, "a bad block in the last set", read_word(ex), bad1);
+        TC_CHECK(cudaMemcpy(bt1, &saved1, 4, cudaMemcpyHostToDevice));
+    }
 
     /* one output: its slot -1 (padding), then past the cache (an index error), each word whole */
     if (n == 1 && h.args.num_outputs == 1) {
@@ -191,7 +213,7 @@ static void check_case(const char *name, const char *const *specs, int n) {
         }
     }
 
-    /* a captured graph, replayed three times */
+    /* a captured graph, replayed three times: the second with a bad block */
     cudaGraph_t graph;
     cudaGraphExec_t gx;
     TC_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
@@ -203,10 +225,12 @@ static void check_case(const char *name, const char *const *specs, int n) {
     } else {
         TC_CHECK(cudaGraphInstantiate(&gx, graph, 0));
         for (int i = 0; i < 3; i++) {
+            TC_CHECK(cudaMemcpyAsync(bt, i == 1 ? &bad : &saved, 4, cudaMemcpyHostToDevice, s));
             TC_CHECK(cudaGraphLaunch(gx, s));
             char what[64];
-            snprintf(what, sizeof what, "graph replay %d", i + 1);
-            expect(name, what, read_word(ex), want, x, n, s);
+            snprintf(what, sizeof what, "graph replay %d%s", i + 1, i == 1 ? ", a bad block" : "");
+            if (i == 1) expect_error(name, what, read_word(ex), bad);
+            else expect(name, what, read_word(ex), want, x, n, s);
         }
         TC_CHECK(cudaGraphExecDestroy(gx));
     }
@@ -230,6 +254,10 @@ int main(void) {
     static const char *const c8[] = {"reqs=64,tokens=1024,C=8,block=16,layout=shuffle,seed=7"};
     static const char *const layer[] = {"reqs=40,tokens=320,C=4,block=4,overlap=1,layout=shuffle,seed=8",
                                         "reqs=40,tokens=320,C=4,block=4,overlap=1,format=indexer_fp8,seed=9"};
+    /* (state dtypes apart: not fused; the one-segment and indexer kernels, each past a decode wave) */
+    static const char *const layer2[] = {
+        "reqs=8,tokens=8192,C=4,block=4,overlap=1,layout=shuffle,seed=11",
+        "reqs=4,tokens=32768,C=4,block=4,overlap=1,format=indexer_fp8,state=bf16,layout=shuffle,seed=12"};
     check_case("main C4, one output", one_main, 1);
     check_case("main C4, 96 x 3 outputs", many_main, 1);
     check_case("indexer C4, one output", one_idx, 1);
@@ -237,6 +265,7 @@ int main(void) {
     check_case("indexer C4, 4 x 2048 outputs (the indexer kernel)", big_idx, 1);
     check_case("main C8, 64 x 2 outputs", c8, 1);
     check_case("kvc_compress_many: main and indexer C4, 40 x 2 outputs each", layer, 2);
+    check_case("kvc_compress_many, two launches: main C4 float32 and indexer C4 bf16", layer2, 2);
     printf("%s (%d failures)\n", g_failures ? "FAILED" : "passed", g_failures);
     return g_failures ? 1 : 0;
 }

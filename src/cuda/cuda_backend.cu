@@ -73,10 +73,18 @@
 #define KVC_LD(p) __ldcs(p)
 
 /* Per-launch constants (one struct, passed by value). */
+/* The status word's `status` where it heads a call's per-CTA records (its
+ * `value`: how many) -- never a kvc_status. */
+#define KVC_CUDA_RECORDS (-0x4B5643)
+
 struct launch_params {
     kvc_args a;                 /* resolved args (device pointers)               */
     kvc_plan pl;                /* rows, segments, chunking, small_k, vec        */
-    kvc_device_status *status;  /* device status word (zeroed before the call)    */
+    kvc_device_status *status;  /* device status word (zeroed before the call, or a
+                                   header of the records below)                   */
+    kvc_device_status *records; /* [CTAs] each CTA's status, summed by cuda_read_status
+                                   (status_of: the indexer, one-segment and decode
+                                   kernels of a call on the library's word); else NULL */
     kvc_device_status *status_out; /* a call of one output on segment1_kernel: the
                                    status word, written whole by its thread 0 (no
                                    memset before it); else NULL                   */
@@ -142,7 +150,8 @@ __device__ __forceinline__ void general_body(const launch_params &P, unsigned ct
     const long long o = (long long)cta * P.pl.small_k + k;
     kvc_out_info inf;
     inf.r = inf.p = inf.pc = inf.slot = 0;
-    const int live = o < a.num_outputs && !ks::skip_output(P, kvc_check_output(&a, o, &inf, 0), o, inf, d == 0);
+    const int live =
+        o < a.num_outputs && !ks::skip_output(P, P.status, kvc_check_output(&a, o, &inf, 0), o, inf, d == 0);
     if (d == 0) sc->bad_row = 0;
     __syncthreads();
     const float c[1] = {live ? kvc_gen_reduce(&sh, a.state_cache, a.block_table + inf.r * a.block_table_stride,
@@ -151,7 +160,7 @@ __device__ __forceinline__ void general_body(const launch_params &P, unsigned ct
     __syncthreads();
     const int ok = live && !sc->bad_row;
     if (live && !ok && d == 0) {
-        ks::record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o, sc->bad_g);
+        ks::record_error(P, P.status, KVC_CHECK_PHYSICAL_BLOCK, o, sc->bad_g);
         ks::count(&P.status->outputs_invalid);
     }
     ks::kv_slot at = {0, 0};
@@ -505,6 +514,7 @@ struct set_plan {
     long long L;
     size_t tk_bytes, slice_bad_bytes; /* its tickets' bytes; the slice area's bad-block words */
     size_t gen_need, slice_need;      /* workspace bytes after the status word; of the slice area */
+    long long rec_ctas; /* a kernel that can count into per-CTA records (status_of): its CTAs; else 0 */
 };
 
 /* Resident CTAs per SM of the one-segment kernel a call takes */
@@ -607,6 +617,11 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
     sp->tk_bytes = general || sp->indexer ? 0 : ((size_t)nout * 4 + 255) & ~(size_t)255;
     sp->slice_bad_bytes = ((size_t)wp.slice_bad + 255) & ~(size_t)255;
     sp->gen_need = slice ? 0 : sp->tk_bytes + (size_t)wp.states;
+    /* the indexer, one-segment and decode kernels (a call of one output on
+     * segment1_kernel writes the word itself) */
+    sp->rec_ctas = general || slice || !(sp->indexer || P.pl.small_k) || (sp->seg1 && nout == 1) ? 0
+                   : sp->seg1                                                                 ? nout
+                                                                                              : P.pl.groups;
     sp->slice_need = slice ? sp->slice_bad_bytes + (size_t)wp.states : 0;
     sp->general = general;
     sp->slice = slice;
@@ -621,7 +636,7 @@ static void plan_set(const kvc_args *a, int dev, set_plan *sp) {
  * on the workspace buf (gen_cap bytes after the status word), caller holding
  * its lock. */
 static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *buf, size_t gen_cap, const kvc_exec *e,
-                             cudaStream_t stream, int dev) {
+                             cudaStream_t stream, int dev, int records) {
     launch_params &P = sp->P;
     const kvc_args *a = &P.a;
     const long long nout = a->num_outputs, nseg = P.pl.nseg, L = sp->L;
@@ -635,15 +650,16 @@ static kvc_status launch_set(set_plan *sp, int set, long long out_base, char *bu
     P.status = e->device_status ? e->device_status : (kvc_device_status *)buf;
     const int direct = set == 0 && sp->seg1 && nout == 1;
     P.status_out = direct ? P.status : NULL;
+    P.records = records ? (kvc_device_status *)(buf + st_bytes) : NULL;
     P.tickets = (unsigned *)(buf + st_bytes);
     P.chunk_states = slice ? (float *)(slice_area + slice_bad_bytes)
                            : (float *)(buf + st_bytes + tk_bytes);
     P.slice_bad = (long long *)slice_area;
     /* The status word, by the first set only: zeroed by the slice kernel
-     * itself, written whole by a one-output call's segment1_kernel, else
-     * zeroed by a memset, with the main kernel's tickets where they are
-     * adjacent. */
-    const int memset_status = set == 0 && !direct && !(slice && nout > 0);
+     * itself, written whole by a one-output call's segment1_kernel or as the
+     * header of per-CTA records, else zeroed by a memset, with the main
+     * kernel's tickets where they are adjacent. */
+    const int memset_status = set == 0 && !direct && !(slice && nout > 0) && !records;
     const size_t tickets = !slice && P.pl.nchunk > 1 ? (size_t)nout * 4 : 0;
     if (memset_status && e->device_status &&
         (err = cudaMemsetAsync(e->device_status, 0, sizeof(kvc_device_status), stream)) != cudaSuccess)
@@ -741,6 +757,11 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
         fused_ctas += sp[s].P.pl.groups;
     }
     fuse &= fused_ctas <= 0x7FFFFFFFLL;
+    /* per-CTA status records (status_of) for a call of one launch on the
+     * library's word: no memset before it */
+    const long long rec_ctas = e->device_status ? 0 : fuse ? fused_ctas : n == 1 ? sp[0].rec_ctas : 0;
+    const size_t rec_bytes = (size_t)rec_ctas * sizeof(kvc_device_status);
+    gen_need = rec_bytes > gen_need ? rec_bytes : gen_need;
     const size_t st_bytes = kStatusBytes;
     pthread_mutex_lock(&g_ws_lock);
     device_ws *ws = ws_acquire_locked(dev, stream, 1);
@@ -780,6 +801,7 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
         cudaStream_t fs = stream;
         if (err == cudaSuccess && cap != cudaStreamCaptureStatusNone)
             err = cudaStreamCreateWithFlags(&fs, cudaStreamNonBlocking);
+        if (err == cudaSuccess) err = cudaMemsetAsync(nb, 0, st_bytes, fs); /* (no header read before a call) */
         if (err == cudaSuccess && sl) err = cudaMemsetAsync((char *)nb + st_bytes + gen, 0xFF, sl, fs);
         if (cap != cudaStreamCaptureStatusNone && fs != stream) {
             if (err == cudaSuccess) err = cudaStreamSynchronize(fs);
@@ -813,13 +835,13 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
             M.p[s] = sp[s].P;
             launch_params &P = M.p[s];
             P.status = e->device_status ? e->device_status : (kvc_device_status *)ws->buf;
+            P.records = rec_ctas ? (kvc_device_status *)((char *)ws->buf + st_bytes) : NULL;
             P.pl.out_base = base;
             ctas += (unsigned)P.pl.groups;
             M.end[s] = ctas;
             base += P.a.num_outputs;
         }
-        const size_t zb = e->device_status ? sizeof(kvc_device_status) : st_bytes;
-        if ((err = cudaMemsetAsync(M.p[0].status, 0, zb, stream)) != cudaSuccess)
+        if (!rec_ctas && (err = cudaMemsetAsync(M.p[0].status, 0, sizeof(kvc_device_status), stream)) != cudaSuccess)
             return cuda_fail(err, "cudaMemsetAsync(status)");
         const int fastnum = sets[0].numerics == KVC_NUMERICS_FAST, bf16 = sets[0].state_dtype == KVC_STATE_BFLOAT16;
         kManyKernels[fastnum][bf16]<<<ctas, ks::kDG, 0, stream>>>(M);
@@ -827,11 +849,36 @@ static kvc_status compress_on(const kvc_args *sets, int n, const kvc_exec *e, kv
         return KVC_OK;
     }
     for (int s = 0; s < n; s++) {
-        const kvc_status st = launch_set(&sp[s], s, base, (char *)ws->buf, ws->gen_cap, e, stream, dev);
+        const kvc_status st = launch_set(&sp[s], s, base, (char *)ws->buf, ws->gen_cap, e, stream, dev, rec_ctas > 0);
         if (st != KVC_OK) return st;
         base += sets[s].num_outputs;
     }
     return KVC_OK;
+}
+
+/* The status of a call whose n CTAs each wrote a record at rec (device
+ * memory): the counts summed, the error of the first CTA that has one. */
+static kvc_status sum_records(const kvc_device_status *rec, long long n, cudaStream_t stream, kvc_device_status *out) {
+    memset(out, 0, sizeof *out);
+    if (n <= 0) return KVC_OK;
+    kvc_device_status *h = (kvc_device_status *)malloc((size_t)n * sizeof *h);
+    if (!h) return kvc_fail(KVC_ERROR_OUT_OF_MEMORY, "CUDA: no host memory for %lld status records", n);
+    cudaError_t err = cudaMemcpyAsync(h, rec, (size_t)n * sizeof *h, cudaMemcpyDeviceToHost, stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    for (long long i = 0; err == cudaSuccess && i < n; i++) {
+        if (!out->status && h[i].status) {
+            out->status = h[i].status;
+            out->check = h[i].check;
+            out->output = h[i].output;
+            out->value = h[i].value;
+        }
+        out->outputs_written += h[i].outputs_written;
+        out->outputs_padding += h[i].outputs_padding;
+        out->outputs_nonfinite += h[i].outputs_nonfinite;
+        out->outputs_invalid += h[i].outputs_invalid;
+    }
+    free(h);
+    return err == cudaSuccess ? KVC_OK : cuda_fail(err, "reading the status records");
 }
 
 static kvc_status cuda_read_status(const kvc_exec *e, kvc_device_status *out) {
@@ -842,6 +889,7 @@ static kvc_status cuda_read_status(const kvc_exec *e, kvc_device_status *out) {
     cudaStream_t stream = e ? (cudaStream_t)e->stream : 0;
     const void *src = e && e->device_status ? (const void *)e->device_status : NULL;
     device_ws *w = NULL;
+    size_t gen_cap = 0;
     if (!src) {
         pthread_mutex_lock(&g_ws_lock);
         w = ws_acquire_locked(dev, stream, 0);
@@ -849,6 +897,7 @@ static kvc_status cuda_read_status(const kvc_exec *e, kvc_device_status *out) {
         if (w) { /* (buf changes under the call lock) */
             pthread_mutex_lock(&w->call);
             src = w->buf;
+            gen_cap = w->gen_cap;
             pthread_mutex_unlock(&w->call);
         }
     }
@@ -859,8 +908,13 @@ static kvc_status cuda_read_status(const kvc_exec *e, kvc_device_status *out) {
     }
     err = cudaMemcpyAsync(out, src, sizeof *out, cudaMemcpyDeviceToHost, stream);
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+    kvc_status st = err == cudaSuccess ? KVC_OK : cuda_fail(err, "reading the status word");
+    if (st == KVC_OK && w && out->status == KVC_CUDA_RECORDS) { /* the header of per-CTA records (status_of) */
+        const long long n = out->value, cap = (long long)(gen_cap / sizeof *out);
+        st = sum_records((const kvc_device_status *)((const char *)src + kStatusBytes), n < cap ? n : cap, stream, out);
+    }
     if (w) ws_release(w);
-    return err == cudaSuccess ? KVC_OK : cuda_fail(err, "reading the status word");
+    return st;
 }
 
 extern "C" const kvc_backend_ops kvc_backend_cuda = {KVC_BACKEND_CUDA, "cuda", cuda_available, cuda_owns,

@@ -13,7 +13,8 @@
  *     finaliser (threads 0..127); 128: idx_finalize's layout of a dim a
  *     thread;
  *   - a call of one output (P.status_out set) writes the whole status word
- *     from thread 0 at the end: no memset before the launch.
+ *     from thread 0 at the end, a larger one its CTAs' records
+ *     (status_of): no memset before the launch.
  * Same bytes as those kernels: the same operations per dim, rows past a
  * short window masked (value 0, score -Inf: +0 added, the max unchanged).
  *
@@ -37,15 +38,15 @@ __device__ __forceinline__ void seg1_status(kvc_device_status *st, int check, lo
     st->outputs_invalid = err;
 }
 
-template <int D, bool BF16, bool BIAS>
-__global__ void __launch_bounds__(D) segment1_kernel(const launch_params P) {
+template <int D, bool BF16, bool BIAS> __device__ __forceinline__ void segment1_body(const launch_params &P) {
     __shared__ float xbuf[D + 8]; /* c (D = 512) or the finaliser's exchanges (128); the RMS sum's 4 floats */
     const kvc_args &a = P.a;
+    kvc_device_status *const st = status_of(P);
     const int t = threadIdx.x, lane = t & 31;
     const long long o = blockIdx.x;
     kvc_out_info inf;
     const int chk = kvc_check_output(&a, o, &inf, 0), direct = P.status_out != nullptr;
-    const int skip = skip_output(P, chk, o, inf, t == 0 && !direct);
+    const int skip = skip_output(P, st, chk, o, inf, t == 0 && !direct);
     long long voff = -1, boff = -1, blk = 0;
     const int badrow =
         !skip && lane < (int)P.pl.rows && seg1_row(a, inf.p, inf.r, lane, D, a.score_bias_stride, &voff, &boff, &blk);
@@ -56,8 +57,8 @@ __global__ void __launch_bounds__(D) segment1_kernel(const launch_params P) {
             seg1_status(P.status_out, skip ? chk : (int)KVC_CHECK_PHYSICAL_BLOCK, skip ? inf.value : badg,
                         skip && chk == KVC_CHECK_NONE, 0, 0);
         else if (t == 0 && !skip) {
-            record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o, badg);
-            count(&P.status->outputs_invalid);
+            record_error(P, st, KVC_CHECK_PHYSICAL_BLOCK, o, badg);
+            count(&st->outputs_invalid);
         }
         return;
     }
@@ -118,7 +119,12 @@ __global__ void __launch_bounds__(D) segment1_kernel(const launch_params P) {
     if (t == 0 && direct) {
         seg1_status(P.status_out, KVC_CHECK_NONE, 0, 0, 1, bad);
     } else if (t == 0) {
-        count(&P.status->outputs_written);
-        if (bad) count(&P.status->outputs_nonfinite);
+        count(&st->outputs_written);
+        if (bad) count(&st->outputs_nonfinite);
     }
+}
+template <int D, bool BF16, bool BIAS> __global__ void __launch_bounds__(D) segment1_kernel(const launch_params P) {
+    status_begin(P);
+    segment1_body<D, BF16, BIAS>(P);
+    status_end(P);
 }

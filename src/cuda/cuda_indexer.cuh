@@ -282,6 +282,7 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
     __shared__ unsigned long long s_count[2]; /* the CTA's written, non-finite outputs */
     __shared__ int s_next;                    /* the CTA's next unclaimed output */
     const kvc_args &a = P.a;
+    kvc_device_status *const st = status_of(P);
     const int q = threadIdx.x, lane = q & 31, wi = q >> 5;
     const long long o0 = (long long)cta * P.pl.small_k;
     const int kn = (int)(a.num_outputs - o0 < P.pl.small_k ? a.num_outputs - o0 : P.pl.small_k);
@@ -310,7 +311,7 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
     for (int k = q; k < kn; k += IDX_WARPS * 32) { /* the outputs' checks: thread k, output k */
         kvc_out_info inf;
         const long long o = o0 + k;
-        const int ok = !skip_output(P, kvc_check_output(&a, o, &inf, 0), o, inf, 1);
+        const int ok = !skip_output(P, st, kvc_check_output(&a, o, &inf, 0), o, inf, 1);
         w.ok[k] = ok;
         w.bad[k] = 0;
         if (ok) w.at[k] = slot_at(P, inf.slot);
@@ -352,8 +353,8 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
             if (!w.ok[k]) continue;
             if (!w.bad[k]) return k;
             if (lane == 0) {
-                record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o0 + k, w.badg[k]);
-                count(&P.status->outputs_invalid);
+                record_error(P, st, KVC_CHECK_PHYSICAL_BLOCK, o0 + k, w.badg[k]);
+                count(&st->outputs_invalid);
             }
         }
         return kn;
@@ -432,14 +433,14 @@ __device__ __forceinline__ void indexer_body(const launch_params &P, unsigned ct
     if (lane == 0 && written) atomicAdd(&s_count[0], (unsigned long long)written);
     if (lane == 0 && nonfinite) atomicAdd(&s_count[1], (unsigned long long)nonfinite);
     __syncthreads();
-    if (q == 0 && s_count[0])
-        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_written), s_count[0]);
-    if (q == 0 && s_count[1])
-        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), s_count[1]);
+    if (q == 0 && s_count[0]) atomicAdd(reinterpret_cast<unsigned long long *>(&st->outputs_written), s_count[0]);
+    if (q == 0 && s_count[1]) atomicAdd(reinterpret_cast<unsigned long long *>(&st->outputs_nonfinite), s_count[1]);
 }
 template <bool BF16, bool BIAS>
 __global__ void __launch_bounds__(IDX_WARPS * 32, idx_minb(BF16, BIAS)) indexer_kernel(const launch_params P) {
+    status_begin(P);
     indexer_body<BF16, BIAS, IDX_K_SOLO>(P, blockIdx.x);
+    status_end(P);
 }
 
 #undef IDX_FULL

@@ -316,10 +316,41 @@ __device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_tabl
     }
 }
 
-/* The call's first index error, if none is recorded yet: output o of this
- * set (kvc_compress_many: numbered from P.pl.out_base). */
-__device__ void record_error(const launch_params &P, int check, long long o, long long value) {
-    kvc_device_status *st = P.status;
+/* The status word a kernel counts into: the call's, P.status; where
+ * P.records is set (the indexer, one-segment and decode kernels), this CTA's
+ * own in shared memory, stored into P.records[CTA] at the end (status_end).
+ * So those kernels need no memset of the call's word before the launch: each
+ * CTA writes its record whole, CTA 0 marks the call's word as a header
+ * (KVC_CUDA_RECORDS, the number of records), and cuda_read_status sums the
+ * records -- the same on every replay of a CUDA graph. */
+__device__ __forceinline__ kvc_device_status *status_of(const launch_params &P) {
+    __shared__ kvc_device_status s_cta;
+    return P.records ? &s_cta : P.status;
+}
+/* Before a records kernel's first status write (all threads): this CTA's
+ * record zeroed. */
+__device__ __forceinline__ void status_begin(const launch_params &P) {
+    if (!P.records) return;
+    if (threadIdx.x < sizeof(kvc_device_status) / 8)
+        reinterpret_cast<long long *>(status_of(P))[threadIdx.x] = 0;
+    __syncthreads();
+}
+/* After its last (all threads): the record stored, and by CTA 0 the header. */
+__device__ __forceinline__ void status_end(const launch_params &P) {
+    if (!P.records) return;
+    __syncthreads();
+    if (threadIdx.x == 0) P.records[blockIdx.x] = *status_of(P);
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        kvc_device_status h = {};
+        h.status = KVC_CUDA_RECORDS;
+        h.value = gridDim.x;
+        *P.status = h;
+    }
+}
+
+/* The call's first index error in status word st, if none is recorded yet:
+ * output o of this set (kvc_compress_many: numbered from P.pl.out_base). */
+__device__ void record_error(const launch_params &P, kvc_device_status *st, int check, long long o, long long value) {
     if (atomicCAS(&st->status, 0, (int)KVC_ERROR_INDEX_OUT_OF_RANGE) == 0) {
         st->check = check;
         st->output = P.pl.out_base + o;
@@ -330,18 +361,19 @@ __device__ void record_error(const launch_params &P, int check, long long o, lon
 __device__ void count(int64_t *field) { atomicAdd(reinterpret_cast<unsigned long long *>(field), 1ull); }
 
 /* After kvc_check_output(o) gave chk and inf: 1 when the output is skipped
- * (an index error, recorded and counted, or padding, counted) -- the counts
- * by the one caller that has `me` set -- else 0. */
-__device__ int skip_output(const launch_params &P, int chk, long long o, const kvc_out_info &inf, int me) {
+ * (an index error, recorded and counted in st, or padding, counted) -- the
+ * counts by the one caller that has `me` set -- else 0. */
+__device__ int skip_output(const launch_params &P, kvc_device_status *st, int chk, long long o,
+                           const kvc_out_info &inf, int me) {
     if (chk != KVC_CHECK_NONE) {
         if (me) {
-            record_error(P, chk, o, inf.value);
-            count(&P.status->outputs_invalid);
+            record_error(P, st, chk, o, inf.value);
+            count(&st->outputs_invalid);
         }
         return 1;
     }
     if (inf.slot < 0) {
-        if (me) count(&P.status->outputs_padding);
+        if (me) count(&st->outputs_padding);
         return 1;
     }
     return 0;
@@ -596,7 +628,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     const long long o = blockIdx.x / P.pl.nchunk, j = blockIdx.x % P.pl.nchunk;
 
     kvc_out_info inf;
-    if (skip_output(P, kvc_check_output(&P.a, o, &inf, 0), o, inf, j == 0 && tid == 0)) return;
+    if (skip_output(P, P.status, kvc_check_output(&P.a, o, &inf, 0), o, inf, j == 0 && tid == 0)) return;
     int64_t cstart, csize;
     kvc_chunk_of(P.pl.nseg, P.pl.ch, j, &cstart, &csize);
     const int active = (int)(csize < P.lanes ? csize : P.lanes); /* lanes with work */
@@ -609,7 +641,7 @@ __global__ void __launch_bounds__(DG *MAX_LANES, KVC_CUDA_MINB) compress_kernel(
     fill_rows(P, inf, r0, (int)(rend - r0), &rt);
     __syncthreads();
     const int bad_rows = rt.bad;
-    if (bad_rows && tid == 0) record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o, rt.bad_g);
+    if (bad_rows && tid == 0) record_error(P, P.status, KVC_CHECK_PHYSICAL_BLOCK, o, rt.bad_g);
 
     stv st;
     if (!bad_rows) {
@@ -776,6 +808,7 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
     __shared__ int s_live[KVC_CUDA_SMALL_K], s_wn[DG / 32], s_nlive; /* the outputs to reduce */
     __shared__ float cbufs[2][512 + 8]; /* c and the finaliser's scratch, alternating per output */
     const kvc_args &a = P.a;
+    kvc_device_status *const st = status_of(P);
     const int q = threadIdx.x;
     const long long o0 = (long long)cta * P.pl.small_k;
     const int kn = (int)(a.num_outputs - o0 < P.pl.small_k ? a.num_outputs - o0 : P.pl.small_k);
@@ -783,7 +816,7 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
         kvc_out_info inf;
         const long long o = o0 + q;
         const int chk = kvc_check_output(&a, o, &inf, 0);
-        int ok = !skip_output(P, chk, o, inf, 1);
+        int ok = !skip_output(P, st, chk, o, inf, 1);
         s_ok[q] = ok;
         s_bad[q] = 0;
         s_masked[q] = 0;
@@ -839,8 +872,8 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
     {
         const int ok = q < kn && s_ok[q], live = ok && !s_bad[q];
         if (ok && !live) {
-            record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o0 + q, s_badg[q]);
-            count(&P.status->outputs_invalid);
+            record_error(P, st, KVC_CHECK_PHYSICAL_BLOCK, o0 + q, s_badg[q]);
+            count(&st->outputs_invalid);
         }
         const unsigned m = __ballot_sync(0xFFFFFFFFu, live);
         if ((q & 31) == 0) s_wn[q >> 5] = __popc(m);
@@ -896,18 +929,20 @@ __device__ __forceinline__ void small_body(const launch_params &P, unsigned cta,
     }
     /* one atomic per CTA and counter, not one per output */
     if (q == 0 && written)
-        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_written), (unsigned long long)written);
+        atomicAdd(reinterpret_cast<unsigned long long *>(&st->outputs_written), (unsigned long long)written);
     if (q == 0 && nonfinite)
-        atomicAdd(reinterpret_cast<unsigned long long *>(&P.status->outputs_nonfinite), (unsigned long long)nonfinite);
+        atomicAdd(reinterpret_cast<unsigned long long *>(&st->outputs_nonfinite), (unsigned long long)nonfinite);
 }
 template <bool BF16, bool BIAS>
 __global__ void __launch_bounds__(DG, small_minb(BF16)) compress_small_kernel(const launch_params P) {
+    status_begin(P);
     if constexpr (BIAS) {
         __shared__ small_bias sb;
         small_body<BF16, true>(P, blockIdx.x, &sb);
     } else {
         small_body<BF16, false>(P, blockIdx.x, nullptr);
     }
+    status_end(P);
 }
 #endif
 
@@ -925,8 +960,10 @@ __global__ void __launch_bounds__(DG, IDX_MINB) segment1_many_kernel(const many_
     int s = 0;
     while (blockIdx.x >= M.end[s]) s++;
     const unsigned cta = blockIdx.x - (s ? M.end[s - 1] : 0);
+    status_begin(M.p[0]); /* (every set's status pointers the same) */
     if (M.p[s].a.head_dim == 128) indexer_body<BF16, true>(M.p[s], cta);
     else small_body<BF16, true>(M.p[s], cta, nullptr); /* (a bias read from global memory) */
+    status_end(M.p[0]);
 }
 #endif
 

@@ -401,9 +401,9 @@ __global__ void __launch_bounds__(NCH == 1 ? 128 : DG) slice_finish_kernel(const
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory"); /* CTA 0 of the slice kernel has zeroed the status */
 #endif
-    if (skip_output(P, chk, o, inf, q == 0)) return;
+    if (skip_output(P, P.status, chk, o, inf, q == 0)) return;
     if (badblk) {
-        if (g != SLICE_OK) record_error(P, KVC_CHECK_PHYSICAL_BLOCK, o, g);
+        if (g != SLICE_OK) record_error(P, P.status, KVC_CHECK_PHYSICAL_BLOCK, o, g);
         if (q == 0) count(&P.status->outputs_invalid);
         return;
     }
