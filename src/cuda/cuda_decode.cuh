@@ -12,9 +12,9 @@
  *   - head width 512: c through shared memory to the one-segment kernel's
  *     finaliser (threads 0..127); 128: idx_finalize's layout of a dim a
  *     thread;
- *   - a call of one output (P.status_out set) writes the whole status word
- *     from thread 0 at the end, a larger one its CTAs' records
- *     (status_of): no memset before the launch.
+ *   - thread 0 writes the output's status whole at the end: the call's
+ *     word for a call of one output (P.status_out), else the CTA's record
+ *     (P.records, status_of): no memset before the launch.
  * Same bytes as those kernels: the same operations per dim, rows past a
  * short window masked (value 0, score -Inf: +0 added, the max unchanged).
  *
@@ -22,15 +22,16 @@
  * kvc_cuda_d2f: FASTNUM 0 / 1), after cuda_indexer.cuh.
  */
 
-/* The status word of a call of one output (set 0: output 0), written whole:
- * the index check that failed (KVC_CHECK_NONE: none) and its value, or
- * where it passed a padding, written or non-finite output. */
-__device__ __forceinline__ void seg1_status(kvc_device_status *st, int check, long long value, int padding,
-                                            int written, int nonfinite) {
+/* The status of one output written whole (the call's word for a call of
+ * one output, else the CTA's record): the index check that failed
+ * (KVC_CHECK_NONE: none) for output `output` and its value, or where it
+ * passed a padding, written or non-finite output. */
+__device__ __forceinline__ void seg1_status(kvc_device_status *st, long long output, int check, long long value,
+                                            int padding, int written, int nonfinite) {
     const int err = check != KVC_CHECK_NONE;
     st->status = err ? (int)KVC_ERROR_INDEX_OUT_OF_RANGE : 0;
     st->check = check;
-    st->output = 0;
+    st->output = err ? output : 0;
     st->value = err ? value : 0;
     st->outputs_written = written;
     st->outputs_padding = padding;
@@ -38,15 +39,18 @@ __device__ __forceinline__ void seg1_status(kvc_device_status *st, int check, lo
     st->outputs_invalid = err;
 }
 
-template <int D, bool BF16, bool BIAS> __device__ __forceinline__ void segment1_body(const launch_params &P) {
+template <int D, bool BF16, bool BIAS> __global__ void __launch_bounds__(D) segment1_kernel(const launch_params P) {
     __shared__ float xbuf[D + 8]; /* c (D = 512) or the finaliser's exchanges (128); the RMS sum's 4 floats */
     const kvc_args &a = P.a;
-    kvc_device_status *const st = status_of(P);
     const int t = threadIdx.x, lane = t & 31;
     const long long o = blockIdx.x;
+    if (t == 0 && o == 0 && P.records) status_header(P);
+    /* thread 0 writes the output's status whole (direct): to the call's word
+     * (a call of one output) or this CTA's record; else counts in P.status */
+    kvc_device_status *const whole = P.status_out ? P.status_out : P.records ? P.records + o : nullptr;
     kvc_out_info inf;
-    const int chk = kvc_check_output(&a, o, &inf, 0), direct = P.status_out != nullptr;
-    const int skip = skip_output(P, st, chk, o, inf, t == 0 && !direct);
+    const int chk = kvc_check_output(&a, o, &inf, 0), direct = whole != nullptr;
+    const int skip = skip_output(P, P.status, chk, o, inf, t == 0 && !direct);
     long long voff = -1, boff = -1, blk = 0;
     const int badrow =
         !skip && lane < (int)P.pl.rows && seg1_row(a, inf.p, inf.r, lane, D, a.score_bias_stride, &voff, &boff, &blk);
@@ -54,11 +58,11 @@ template <int D, bool BF16, bool BIAS> __device__ __forceinline__ void segment1_
     if (skip || badm) { /* (the same in every warp) */
         const long long badg = __shfl_sync(0xFFFFFFFFu, blk, badm ? __ffs(badm) - 1 : 0);
         if (t == 0 && direct)
-            seg1_status(P.status_out, skip ? chk : (int)KVC_CHECK_PHYSICAL_BLOCK, skip ? inf.value : badg,
+            seg1_status(whole, P.pl.out_base + o, skip ? chk : (int)KVC_CHECK_PHYSICAL_BLOCK, skip ? inf.value : badg,
                         skip && chk == KVC_CHECK_NONE, 0, 0);
         else if (t == 0 && !skip) {
-            record_error(P, st, KVC_CHECK_PHYSICAL_BLOCK, o, badg);
-            count(&st->outputs_invalid);
+            record_error(P, P.status, KVC_CHECK_PHYSICAL_BLOCK, o, badg);
+            count(&P.status->outputs_invalid);
         }
         return;
     }
@@ -117,14 +121,9 @@ template <int D, bool BF16, bool BIAS> __device__ __forceinline__ void segment1_
         }
     }
     if (t == 0 && direct) {
-        seg1_status(P.status_out, KVC_CHECK_NONE, 0, 0, 1, bad);
+        seg1_status(whole, P.pl.out_base + o, KVC_CHECK_NONE, 0, 0, 1, bad);
     } else if (t == 0) {
-        count(&st->outputs_written);
-        if (bad) count(&st->outputs_nonfinite);
+        count(&P.status->outputs_written);
+        if (bad) count(&P.status->outputs_nonfinite);
     }
-}
-template <int D, bool BF16, bool BIAS> __global__ void __launch_bounds__(D) segment1_kernel(const launch_params P) {
-    status_begin(P);
-    segment1_body<D, BF16, BIAS>(P);
-    status_end(P);
 }

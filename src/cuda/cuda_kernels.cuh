@@ -335,17 +335,19 @@ __device__ __forceinline__ void status_begin(const launch_params &P) {
         reinterpret_cast<long long *>(status_of(P))[threadIdx.x] = 0;
     __syncthreads();
 }
+/* The call's word as the header of gridDim.x records (one thread). */
+__device__ __forceinline__ void status_header(const launch_params &P) {
+    kvc_device_status h = {};
+    h.status = KVC_CUDA_RECORDS;
+    h.value = gridDim.x;
+    *P.status = h;
+}
 /* After its last (all threads): the record stored, and by CTA 0 the header. */
 __device__ __forceinline__ void status_end(const launch_params &P) {
     if (!P.records) return;
     __syncthreads();
     if (threadIdx.x == 0) P.records[blockIdx.x] = *status_of(P);
-    if (threadIdx.x == 0 && blockIdx.x == 0) {
-        kvc_device_status h = {};
-        h.status = KVC_CUDA_RECORDS;
-        h.value = gridDim.x;
-        *P.status = h;
-    }
+    if (threadIdx.x == 0 && blockIdx.x == 0) status_header(P);
 }
 
 /* The call's first index error in status word st, if none is recorded yet:
