@@ -83,7 +83,7 @@ struct launch_params {
     kvc_device_status *status;  /* device status word (zeroed before the call, or a
                                    header of the records below)                   */
     kvc_device_status *records; /* [CTAs] each CTA's status, summed by cuda_read_status
-                                   (status_of: the indexer, one-segment and decode
+                                   (the indexer, one-segment, decode and fused
                                    kernels of a call on the library's word); else NULL */
     kvc_device_status *status_out; /* a call of one output on segment1_kernel: the
                                    status word, written whole by its thread 0 (no

@@ -317,8 +317,9 @@ __device__ __forceinline__ stv subtree_rt(const launch_params &P, const row_tabl
 }
 
 /* The status word a kernel counts into: the call's, P.status; where
- * P.records is set (the indexer, one-segment and decode kernels), this CTA's
- * own in shared memory, stored into P.records[CTA] at the end (status_end).
+ * P.records is set (the indexer, one-segment and fused kernels), this CTA's
+ * own in shared memory, stored into P.records[CTA] at the end (status_end;
+ * the decode kernel, an output a CTA, writes its record from registers).
  * So those kernels need no memset of the call's word before the launch: each
  * CTA writes its record whole, CTA 0 marks the call's word as a header
  * (KVC_CUDA_RECORDS, the number of records), and cuda_read_status sums the
