@@ -53,7 +53,7 @@ for r in $(seq "$rounds"); do
                 [ "$dir" != - ] && lib=$dir${lib:+:$lib}
                 env LD_LIBRARY_PATH="$lib" "${envs[@]}" "$kvc" bench --backend "$backend" --numerics "$nm" \
                     --cases "$c" 2>&1 | awk -v b="$name" -v r="$r" -v n="$nm" \
-                    '/^r[0-9]/ {print b, r, n, $1, $2, $4, $9, $10, $13}' >> "$out"
+                    '/^(dec_)?r[0-9]/ {print b, r, n, $1, $2, $4, $9, $10, $13}' >> "$out"
             done
         done
     done
