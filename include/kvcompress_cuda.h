@@ -8,6 +8,11 @@
  * Index values are checked by the kernel: a bad output is skipped and the
  * first error is recorded in the status word of that (device, stream), which
  * this function reads.  Calls on different streams share no mutable memory.
+ * (The library's own word is internal: for the one-segment, indexer and
+ * decode kernels it heads per-CTA records, which kvc_cuda_read_status sums,
+ * the error of the lowest-numbered CTA that has one first; a caller's
+ * exec->device_status always holds the plain word, zeroed by a memset
+ * before the kernel.)
  *
  * Checked on every call: each tensor in device memory lies inside its CUDA
  * allocation for every byte its sizes and strides reach, and
