@@ -72,11 +72,11 @@
 /* state loads: streaming (evict-first); __ldg measured no better */
 #define KVC_LD(p) __ldcs(p)
 
-/* Per-launch constants (one struct, passed by value). */
 /* The status word's `status` where it heads a call's per-CTA records (its
  * `value`: how many) -- never a kvc_status. */
 #define KVC_CUDA_RECORDS (-0x4B5643)
 
+/* Per-launch constants (one struct, passed by value). */
 struct launch_params {
     kvc_args a;                 /* resolved args (device pointers)               */
     kvc_plan pl;                /* rows, segments, chunking, small_k, vec        */
