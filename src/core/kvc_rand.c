@@ -115,8 +115,6 @@ static void *fill_state(void *arg) {
     while (n < j->end) {
         const size_t stop = n + (width - col) < j->end ? n + (width - col) : j->end;
         for (; n < stop; n++, col++) {
-            /* times 2^shift, rounded once: exact, or the correctly rounded
-             * subnormal / zero / Inf where 2^shift is past binary32 */
             const float f = f32_of(mix64(base + n));
             state[n] = shift[col] ? times_pow2(f, shift[col]) : f;
         }
