@@ -13,7 +13,10 @@
  * the queue's workspace; without the library's lock the interleaving is a
  * matter of timing, seen in about half the runs on PoCL), and an
  * out-of-order queue is refused with an error, never run (a call's
- * kernels rely on queue order).
+ * kernels rely on queue order).  And a caller's status word between calls
+ * on the library's word: each read gives its own word's call (the
+ * one-segment and indexer kernels count into status records of the
+ * queue's own on the library's word).
  * Usage: test_opencl_queues [iterations]; exit 0 pass, 1 fail, 77 skip.
  */
 #include <pthread.h>
@@ -36,6 +39,7 @@ static const char *kSpecs[] = {
     "reqs=1,tokens=1280,C=40,block=7",
     "reqs=2,tokens=1024,C=4,block=8,overlap=1,format=fp8",
     "reqs=1,tokens=2048,C=512,block=8",
+    "reqs=2,tokens=1200,C=4,block=4,overlap=1,format=indexer_fp8",
 };
 #define NCASES (int)(sizeof kSpecs / sizeof kSpecs[0])
 
@@ -132,6 +136,42 @@ static int out_of_order_refused(cl_context ctx, cl_device_id dev, ocl_case *x) {
     return ok ? 0 : 1;
 }
 
+/* On queue q: case `lib_x` on the library's word, then case x on a word of
+ * the caller's (garbage before the call); each read gives its own call's
+ * counts.  @return 0 pass. */
+static int own_word_between(cl_context ctx, cl_command_queue q, ocl_case *lib_x, ocl_case *x, const char *what) {
+    cl_int err;
+    cl_mem own = clCreateBuffer(ctx, CL_MEM_READ_WRITE, sizeof(kvc_device_status), NULL, &err);
+    if (err != CL_SUCCESS) {
+        printf("FAIL clCreateBuffer(status): %d\n", (int)err);
+        return 1;
+    }
+    kvc_exec lib, mine;
+    kvc_exec_init(&lib);
+    lib.backend = KVC_BACKEND_OPENCL;
+    lib.stream = q;
+    mine = lib;
+    mine.device_status = (kvc_device_status *)(void *)own;
+    const cl_uchar garbage = 0x5A;
+    kvc_device_status sl, so;
+    memset(&sl, 0, sizeof sl);
+    memset(&so, 0, sizeof so);
+    int ok = clEnqueueFillBuffer(q, own, &garbage, 1, 0, sizeof(kvc_device_status), 0, NULL, NULL) == CL_SUCCESS &&
+             kvc_compress(&lib_x->dev.d, &lib, NULL) == KVC_OK && kvc_compress(&x->dev.d, &mine, NULL) == KVC_OK &&
+             kvc_opencl_read_status(&mine, &so) == KVC_OK && kvc_opencl_read_status(&lib, &sl) == KVC_OK;
+    ok = ok && so.status == 0 && so.outputs_written == x->host.args.num_outputs && so.outputs_padding == 0 &&
+         so.outputs_invalid == 0 && so.outputs_nonfinite == 0 && sl.status == 0 &&
+         sl.outputs_written == lib_x->host.args.num_outputs && sl.outputs_padding == 0 && sl.outputs_invalid == 0;
+    printf("%s %s: the caller's word %d, %lld written, %lld padding, %lld invalid (want %lld written); the "
+           "library's %d, %lld written (want %lld)\n",
+           ok ? "ok  " : "FAIL", what, so.status, (long long)so.outputs_written, (long long)so.outputs_padding,
+           (long long)so.outputs_invalid, (long long)x->host.args.num_outputs, sl.status,
+           (long long)sl.outputs_written, (long long)lib_x->host.args.num_outputs);
+    clFinish(q);
+    clReleaseMemObject(own);
+    return !ok;
+}
+
 int main(int argc, char **argv) {
     const int iters = argc > 1 ? atoi(argv[1]) : 12;
     cl_context ctx;
@@ -200,6 +240,10 @@ int main(int argc, char **argv) {
     }
     printf("%d iterations of two concurrent queues, %d failures\n", iters, failures);
     failures += one_queue_two_threads(q[0], &cs[0], &cs[3], 16 * iters);
+    /* (cases 2 and 4: the one-segment and indexer kernels; 0: the slice kernels) */
+    failures += own_word_between(ctx, q[0], &cs[2], &cs[4], "indexer on a word of its own after the one-segment");
+    failures += own_word_between(ctx, q[0], &cs[4], &cs[2], "one-segment on a word of its own after the indexer");
+    failures += own_word_between(ctx, q[0], &cs[0], &cs[4], "indexer on a word of its own after the slice kernels");
     for (int k = 0; k < 2; k++) clReleaseCommandQueue(q[k]);
     for (int i = 0; i < NCASES; i++) free_case(&cs[i]);
     return failures ? 1 : 0;
