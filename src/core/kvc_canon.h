@@ -450,6 +450,32 @@ KVC_FN float kvc_sum_squares(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH flo
     return y[0];
 }
 
+/** x < 0 ? -x : x (-0 and a NaN kept as they are), as a flip of the sign
+ * bit: written as the select, gcc made a branch of it on x86-64 without
+ * AVX-512F, mispredicted on values of random sign. */
+KVC_FN float kvc_abs(float x) { return KVC_FLOAT(KVC_BITS(x) ^ (kvc_u32)(x < 0.0f) << 31); }
+
+/**
+ * max |x_d| over the n (a multiple of 16) values of a slot that is not
+ * non-finite: 16 running maxima, then a tree of them.  For finite values
+ * the order of a max does not matter (only the sign of a zero result can,
+ * and every caller floors the result at a positive constant), so this
+ * equals the serial kvc_max of the contract, in a form compilers vectorise
+ * (the serial chain is one dependent max per value).
+ */
+KVC_FN float kvc_amax(const KVC_FIN_SCRATCH float *x, int n) {
+    float l[16];
+    for (int j = 0; j < 16; j++) l[j] = 0.0f;
+    for (int d = 0; d < n; d += 16)
+        for (int j = 0; j < 16; j++) {
+            const float a = kvc_abs(x[d + j]);
+            l[j] = l[j] > a ? l[j] : a;
+        }
+    for (int w = 8; w >= 1; w >>= 1)
+        for (int j = 0; j < w; j++) l[j] = l[j] > l[j + w] ? l[j] : l[j + w];
+    return l[0];
+}
+
 /**
  * Finalise one output: from c[512] (the reduced window) to the 576 payload
  * bytes and 8 scale bytes.  `cs` points at the cos/sin row; cos_j is
@@ -475,15 +501,12 @@ KVC_FN int kvc_finalize_slot(const KVC_FIN_SCRATCH float *c, KVC_FIN_SCRATCH flo
     /* bf16 of the NOPE dims (in place) and per-group exponents. */
     int ex[7];
     for (int g = 0; g < 7; g++) {
-        float amax = 0.0f;
         for (int d = 64 * g; d < 64 * g + 64; d++) {
             float z;
             bad |= kvc_nope_bf16(y[d], &z);
             y[d] = z;
-            float a = y[d] < 0.0f ? -y[d] : y[d];
-            amax = kvc_max(amax, a);
         }
-        ex[g] = kvc_group_exponent(amax, fp8);
+        ex[g] = kvc_group_exponent(kvc_amax(y + 64 * g, 64), fp8); /* (bad: not used) */
     }
     if (bad) {
         kvc_write_nonfinite_slot(payload, scales);
@@ -546,27 +569,6 @@ KVC_FN void kvc_hadamard128(KVC_FIN_SCRATCH float *x) {
                 x[i + h] = KVC_SUB(a, c);
             }
     for (int i = 0; i < 128; i++) x[i] = KVC_MUL(x[i], KVC_INV_SQRT128);
-}
-
-/**
- * max |x_d| over the n (a multiple of 16) values of a slot that is not
- * non-finite: 16 running maxima, then a tree of them.  For finite values
- * the order of a max does not matter (only the sign of a zero result can,
- * and every caller floors the result at a positive constant), so this
- * equals the serial kvc_max of the contract, in a form compilers vectorise
- * (the serial chain is one dependent max per value).
- */
-KVC_FN float kvc_amax(const KVC_FIN_SCRATCH float *x, int n) {
-    float l[16];
-    for (int j = 0; j < 16; j++) l[j] = 0.0f;
-    for (int d = 0; d < n; d += 16)
-        for (int j = 0; j < 16; j++) {
-            const float a = x[d + j] < 0.0f ? -x[d + j] : x[d + j];
-            l[j] = l[j] > a ? l[j] : a;
-        }
-    for (int w = 8; w >= 1; w >>= 1)
-        for (int j = 0; j < w; j++) l[j] = l[j] > l[j + w] ? l[j] : l[j + w];
-    return l[0];
 }
 
 /**
