@@ -59,24 +59,36 @@ AVX2_INLINE void st8(float *p, int d, const split8 *sp, __m256 v) {
     }
 }
 
+/* Dims [d, d + 8) of a row of the state: float (ld8), or (bf16) 8 bf16
+ * values at p's bits widened as kvc_bf16_to_f32 does (the row's elements are
+ * uint16_t; no split vector: d >= 0). */
+AVX2_INLINE __m256 ldrow8(const float *p, int d, const split8 *sp, int bf16) {
+    if (!bf16) return ld8(p, d, sp);
+    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)(const void *)p + d));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
 /* kvc_max's NaN-propagating max: a NaN in m is kept (maxps would drop it) */
 AVX2_INLINE __m256 max_nan(__m256 m, __m256 s) {
     return _mm256_blendv_ps(_mm256_max_ps(m, s), m, _mm256_cmp_ps(m, m, _CMP_UNORD_Q));
 }
 
 /* The segment arithmetic of dims [d, d + 8): m, den, num out; row i's
- * prefetches (pf; NULL: none) between its max and between its exp. */
+ * prefetches (pf; NULL: none) between its max and between its exp.  bf16:
+ * bf16 rows; br: each score row's bias row (SPEC 10; NULL: none), added as
+ * the scores load. */
 AVX2_INLINE void seg8(const float *const *sr, const float *const *vr, int d, const split8 *sp,
-                      const kvc_cpu_block_pf *pf, __m256 *om, __m256 *oden, __m256 *onum) {
+                      const kvc_cpu_block_pf *pf, int bf16, const float *const *br, __m256 *om, __m256 *oden,
+                      __m256 *onum) {
     const __m256 ninf = _mm256_set1_ps(-INFINITY), zero = _mm256_setzero_ps();
     __m256 sv[KVC_SEG];
-    sv[0] = ld8(sr[0], d, sp);
+    for (int i = 0; i < KVC_SEG; i++) {
+        sv[i] = ldrow8(sr[i], d, sp, bf16);
+        if (br) sv[i] = _mm256_add_ps(sv[i], _mm256_loadu_ps(br[i] + d));
+    }
     __m256 m = sv[0];
     for (int i = 0; i < KVC_SEG; i++) {
-        if (i) {
-            sv[i] = ld8(sr[i], d, sp);
-            m = _mm256_max_ps(m, sv[i]);
-        }
+        if (i) m = _mm256_max_ps(m, sv[i]);
         if (pf) kvc_cpu_l1_prefetch(pf, i);
     }
     if (_mm256_movemask_ps(_mm256_cmp_ps(m, ninf, _CMP_EQ_OQ))) {
@@ -88,7 +100,7 @@ AVX2_INLINE void seg8(const float *const *sr, const float *const *vr, int d, con
         const __m256 e = exp8(_mm256_sub_ps(sv[i], m));
         if (pf) kvc_cpu_l2_prefetch(pf, i);
         den = _mm256_add_ps(den, e);
-        num = _mm256_add_ps(num, _mm256_mul_ps(e, ld8(vr[i], d, sp)));
+        num = _mm256_add_ps(num, _mm256_mul_ps(e, ldrow8(vr[i], d, sp, bf16)));
     }
     const __m256 dead = _mm256_cmp_ps(m, ninf, _CMP_EQ_OQ); /* kvc_seg_close */
     *om = m;
@@ -116,42 +128,52 @@ AVX2_INLINE void merge8(const kvc_cpu_seg_state *l, int d, const split8 *sp, __m
 /* The dims [d, d + 8) of the segment (d < 0: the split vector) reduced and
  * merged into the left states, into out. */
 AVX2_INLINE void seg_step8(const float *const *sr, const float *const *vr, int d, const split8 *sp,
-                           const kvc_cpu_block_pf *pf, kvc_cpu_seg_state *out, kvc_cpu_seg_state *const *left, int k) {
+                           const kvc_cpu_block_pf *pf, int bf16, const float *const *br, kvc_cpu_seg_state *out,
+                           kvc_cpu_seg_state *const *left, int k) {
     __m256 m, den, num;
-    seg8(sr, vr, d, sp, pf, &m, &den, &num);
+    seg8(sr, vr, d, sp, pf, bf16, br, &m, &den, &num);
     for (int j = 0; j < k; j++) merge8(left[j], d, sp, &m, &den, &num);
     st8(out->m, d, sp, m);
     st8(out->den, d, sp, den);
     st8(out->num, d, sp, num);
 }
 
-/* Rows that all start h dims before a 32-byte boundary (numpy's and
+/* Float rows that all start h dims before a 32-byte boundary (numpy's and
  * malloc's large buffers start 16 bytes into a page) are read in aligned
  * vectors, dims [h, h + 504), and one split vector, so that no load spans
- * two lines (as cpu_backend.c's AVX-512F loop). */
-__attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(int nd, const float *const *sr, const float *const *vr,
-                                                                 const float *const *pfs, const float *const *pfv,
-                                                                 kvc_cpu_seg_state *st,
-                                                                 kvc_cpu_seg_state *const *left, int k) {
+ * two lines (as cpu_backend.c's AVX-512F loop); bf16 rows and biased
+ * scores as they come (h = 0). */
+AVX2_INLINE void seg_reduce8_body(int nd, const float *const *sr, const float *const *vr, const float *const *pfs,
+                                  const float *const *pfv, kvc_cpu_seg_state *st, kvc_cpu_seg_state *const *left,
+                                  int k, int bf16, const float *const *br) {
     kvc_cpu_seg_state *out = k ? left[k - 1] : st;
-    const int h = kvc_cpu_rows_head(sr, vr, KVC_SEG, 32);
+    const int h = bf16 || br ? 0 : kvc_cpu_rows_head(sr, vr, KVC_SEG, 32);
     split8 sp = {_mm256_setzero_si256(), _mm256_setzero_si256(), nd};
     if (h) {
         const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         sp.hm = _mm256_cmpgt_epi32(_mm256_set1_epi32(h), lane);
         sp.tm = _mm256_xor_si256(sp.hm, _mm256_set1_epi32(-1));
         const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, 0, nd, 4};
-        seg_step8(sr, vr, -1, &sp, &pf, out, left, k);
+        seg_step8(sr, vr, -1, &sp, &pf, 0, NULL, out, left, k);
     }
     /* the aligned vectors [h, end); per 16 dims the first issues the
      * block's prefetches (line 0's also after the split step's: dropping
      * those measured no better) */
     const int end = h ? nd - 8 + h : nd;
     for (int b = h; b + 8 <= end; b += 16) {
-        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b, nd, 4};
-        seg_step8(sr, vr, b, &sp, &pf, out, left, k);
-        if (b + 16 <= end) seg_step8(sr, vr, b + 8, &sp, NULL, out, left, k);
+        const kvc_cpu_block_pf pf = {sr, vr, pfs, pfv, b, nd, bf16 ? 2 : 4};
+        seg_step8(sr, vr, b, &sp, &pf, bf16, br, out, left, k);
+        if (b + 16 <= end) seg_step8(sr, vr, b + 8, &sp, NULL, bf16, br, out, left, k);
     }
+}
+__attribute__((target("avx2,fma"))) void kvc_cpu_seg_reduce8_avx2(int nd, const float *const *sr, const float *const *vr,
+                                                                 const float *const *pfs, const float *const *pfv,
+                                                                 kvc_cpu_seg_state *st,
+                                                                 kvc_cpu_seg_state *const *left, int k, int bf16,
+                                                                 const float *const *br) {
+    if (bf16) seg_reduce8_body(nd, sr, vr, pfs, pfv, st, left, k, 1, br);
+    else if (br) seg_reduce8_body(nd, sr, vr, pfs, pfv, st, left, k, 0, br);
+    else seg_reduce8_body(nd, sr, vr, pfs, pfv, st, left, k, 0, NULL);
 }
 
 __attribute__((target("avx2,fma"))) void kvc_cpu_exp8_batch(const float *x, float *y) {

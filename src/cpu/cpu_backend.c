@@ -55,9 +55,9 @@ typedef struct {
     int nd;                    /* head width: 512 or 128                   */
     int staged;                /* bf16 state or a score bias (SPEC 10):   */
     int direct;                /* full segments read directly by the
-                                  AVX-512F loop; the others (and every
-                                  segment without AVX-512F) through a
-                                  thread's staging rows                  */
+                                  AVX-512F or AVX2 loop; the others (and
+                                  every segment of the portable loop)
+                                  through a thread's staging rows       */
     const kvc_out_info *infos; /* [num_outputs], from kvc_check_indices */
     atomic_llong next;
     atomic_llong written, nonfinite;
@@ -102,6 +102,21 @@ static const int g_force = KVC_CPU_ISA_AUTO;
 /* The AVX-512F forms run (the segment loops, the finalisers): the CPU has it, no test forces another form. */
 static inline int avx512_on(void) { return g_avx512 && g_force == KVC_CPU_ISA_AUTO; }
 #endif
+#if KVC_CPU_AVX2
+/* The AVX2 segment loop runs (where AVX-512F's does not): the CPU has AVX2 and FMA, no test forces the portable one. */
+static inline int avx2_on(void) { return g_avx2 && g_force != KVC_CPU_ISA_PORTABLE; }
+#endif
+/* A full segment's bf16 rows and biased scores are read as stored by a SIMD
+ * segment loop (AVX-512F or AVX2), so a job's full segments are not staged. */
+static int direct_loop(void) {
+#if KVC_CPU_AVX512
+    if (avx512_on()) return 1;
+#endif
+#if KVC_CPU_AVX2
+    if (avx2_on()) return 1;
+#endif
+    return 0;
+}
 static void init_masked(void) {
     for (int d = 0; d < D; d++) g_masked_s[d] = -INFINITY;
     for (int d = 0; d < D; d++) g_masked_s16[d] = 0xFF80u; /* bf16 -Inf */
@@ -391,8 +406,8 @@ static void seg_reduce(int nd, const float *const *vrow, const float *const *sro
         }
 #endif
 #if KVC_CPU_AVX2
-        if (g_avx2 && g_force != KVC_CPU_ISA_PORTABLE) {
-            kvc_cpu_seg_reduce8_avx2(nd, srow, vrow, pfs, pfv, st, left, k);
+        if (avx2_on()) {
+            kvc_cpu_seg_reduce8_avx2(nd, srow, vrow, pfs, pfv, st, left, k, bf16, br);
             return;
         }
 #endif
@@ -661,11 +676,7 @@ static kvc_status cpu_run(const kvc_args *a, kvc_out_info *infos, int64_t paddin
     job.infos = infos;
     job.nd = (int)a->head_dim;
     job.staged = a->state_dtype == KVC_STATE_BFLOAT16 || a->score_bias != NULL;
-#if KVC_CPU_AVX512
-    job.direct = job.staged && avx512_on();
-#else
-    job.direct = 0;
-#endif
+    job.direct = job.staged && direct_loop();
     atomic_init(&job.next, 0);
     atomic_init(&job.written, 0);
     atomic_init(&job.nonfinite, 0);

@@ -89,11 +89,13 @@ KVC_HIDDEN void kvc_cpu_exp8_batch(const float *x, float *y);
  * A full segment (8 rows of nd dims, a multiple of 16: score rows sr, value rows vr) reduced into st,
  * then merged into the k states of left (as cpu_backend.c's seg_reduce),
  * in AVX2 + FMA; pfs, pfv: the next segment's rows, prefetched into L2
- * (NULL: none).  Callers check kvc_cpu_has_avx2 first.
+ * (NULL: none); bf16: the rows are bf16 (uint16_t elements); br: each score
+ * row's score_bias row, added as it loads (NULL: none).  Callers check
+ * kvc_cpu_has_avx2 first.
  */
 KVC_HIDDEN void kvc_cpu_seg_reduce8_avx2(int nd, const float *const *sr, const float *const *vr, const float *const *pfs,
                                          const float *const *pfv, kvc_cpu_seg_state *st,
-                                         kvc_cpu_seg_state *const *left, int k);
+                                         kvc_cpu_seg_state *const *left, int k, int bf16, const float *const *br);
 #endif
 
 #if KVC_CPU_AVX512
