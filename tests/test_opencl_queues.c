@@ -14,9 +14,8 @@
  * matter of timing, seen in about half the runs on PoCL), and an
  * out-of-order queue is refused with an error, never run (a call's
  * kernels rely on queue order).  And a caller's status word between calls
- * on the library's word: each read gives its own word's call (the
- * one-segment and indexer kernels count into status records of the
- * queue's own on the library's word).
+ * on the library's word (the one-segment, indexer and slice kernels): each
+ * read gives its own word's call.
  * Usage: test_opencl_queues [iterations]; exit 0 pass, 1 fail, 77 skip.
  */
 #include <pthread.h>
